@@ -1,0 +1,17 @@
+"""hlo2dace: JAX programs through StableHLO and DaCe.
+
+``hlo2dace.jit`` is a drop-in for ``jax.jit`` whose machine code DaCe generates;
+``compile_text`` compiles a StableHLO module from any source JAX produces; ``compare``
+runs XLA and DaCe side by side.
+"""
+
+from .api import Compiled, JitFunction, Lowered, compile_text, jit, lower_text
+from .compare import CompareReport, compare
+from .errors import ArgumentError, CompilationError, Hlo2DaceError, ParseError, UnsupportedError
+
+__all__ = [
+    "ArgumentError", "Compiled", "CompareReport", "CompilationError", "Hlo2DaceError",
+    "JitFunction", "Lowered", "ParseError", "UnsupportedError", "compare", "compile_text",
+    "jit", "lower_text",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,235 @@
+"""The public stages: ``compile_text``, ``jit`` with ``Lowered`` and ``Compiled``.
+
+The flow of one call of ``jit(f)(x)``: abstract signature -> in-memory cache hit? call :
+``jax.jit(f).lower(x)`` -> normalise (generic text) -> disk cache hit? load : parse (IR) ->
+build (SDFG) -> DaCe compile -> ``Compiled`` -> call with ``x``'s buffer -> ``jax.Array``s.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+
+from . import ir, runtime
+from .errors import ArgumentError, UnsupportedError
+from .frontend.normalize import NormalizedModule, normalize
+from .frontend.parser import parse_module
+
+
+def _specs(types: Sequence[ir.Type], names: Sequence[str], what: str):
+    from .translate import dtypes
+
+    specs = []
+    for i, (t, name) in enumerate(zip(types, names)):
+        if not isinstance(t, ir.TensorType) or not t.is_static:
+            raise UnsupportedError("func.func", f"{what} {i} of type {t}")
+        element = dtypes.of(t, "func.func")
+        specs.append(runtime.TensorSpec(name, tuple(t.shape), element.numpy.name,
+                                        element.storage_numpy.name))
+    return specs
+
+
+@functools.lru_cache(maxsize=1)
+def translator_fingerprint() -> str:
+    """A digest of hlo2dace's own sources: a changed translator never reuses old binaries."""
+    import hashlib
+    from pathlib import Path
+
+    package = Path(__file__).resolve().parent
+    digest = hashlib.sha256()
+    files = sorted([*package.rglob("*.py"), *package.rglob("*.h"),
+                    *(package.parent / "grammar").glob("*.lark")])
+    for path in files:
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+class Lowered:
+    """A module on its way to machine code: its StableHLO text, its SDFG, its binary."""
+
+    def __init__(self, normalized: NormalizedModule, name: str = "program",
+                 entry: Optional[str] = None):
+        self._normalized = normalized
+        self._name = name
+        self._entry = entry
+        self._module: Optional[ir.Module] = None
+        self._translation = None
+
+    @property
+    def module(self) -> ir.Module:
+        if self._module is None:
+            self._module = parse_module(self._normalized.text)
+        return self._module
+
+    @property
+    def key(self) -> str:
+        return runtime.cache_key(self._normalized.digest, self._entry or "",
+                                 translator_fingerprint())
+
+    def as_text(self) -> str:
+        """The normalised StableHLO module, in MLIR's generic op form."""
+        return self._normalized.text
+
+    def _translate(self):
+        if self._translation is None:
+            from .translate import Builder
+
+            module = self.module
+            builder = Builder(module, self._name, self._entry)
+            sdfg = builder.build()
+            main = builder.entry
+            arguments = _specs([v.type for v in main.arguments], builder.argument_names,
+                               "argument")
+            results = _specs(main.result_types, builder.result_names, "result")
+            self._translation = (sdfg, arguments, results, builder.constants)
+        return self._translation
+
+    def as_sdfg(self):
+        """The ``dace.SDFG`` the module translates to (before compilation)."""
+        return self._translate()[0]
+
+    def compile(self) -> "Compiled":
+        program = runtime.lookup(self.key)
+        if program is None:
+            sdfg, arguments, results, constants = self._translate()
+            program = runtime.build(sdfg, self.key, arguments, results, constants)
+        return Compiled(program, self)
+
+
+class Compiled:
+    """A compiled module. ``Compiled(*arrays)`` takes NumPy arrays or ``jax.Array``s for
+    the ``main`` function's arguments and returns one NumPy array for a single result, a
+    tuple for several."""
+
+    def __init__(self, program: runtime.Program, lowered: Optional[Lowered] = None):
+        self.program = program
+        self.lowered = lowered
+
+    @property
+    def folder(self):
+        """The cache folder holding the binary and its SDFG (``build/program.sdfgz``)."""
+        return self.program.folder
+
+    def call_flat(self, arrays: Sequence[Any]) -> list[np.ndarray]:
+        return self.program(*arrays)
+
+    def __call__(self, *arrays: Any):
+        results = self.program(*arrays)
+        return results[0] if len(results) == 1 else tuple(results)
+
+
+def lower_text(source: Any, name: str = "program", entry: Optional[str] = None) -> Lowered:
+    """``source``: anything the frontend accepts (text, bytes, path, Lowered, Exported);
+    ``entry``: the function to compile (default: ``main``, or the only public function)."""
+    return Lowered(normalize(source), name, entry)
+
+
+def compile_text(source: Any) -> Compiled:
+    """Compile a StableHLO module (text in pretty or generic form, MLIR bytecode, a portable
+    artifact, ``Exported.serialize()`` bytes, a ``jax.export.Exported`` or a
+    ``jax.stages.Lowered``) into a callable."""
+    return lower_text(source).compile()
+
+
+# ---------------------------------------------------------------------------- jit
+
+
+class JitFunction:
+    """``hlo2dace.jit(f)``: calls ``f`` through StableHLO and DaCe-compiled code."""
+
+    def __init__(self, fun: Callable, static_argnums: Sequence[int] = (),
+                 static_argnames: Sequence[str] = ()):
+        import jax
+
+        self._fun = fun
+        self._static_argnums = tuple(sorted({static_argnums} if isinstance(static_argnums, int)
+                                            else set(static_argnums)))
+        self._static_argnames = (static_argnames,) if isinstance(static_argnames, str) \
+            else tuple(static_argnames)
+        self._jitted = jax.jit(fun, static_argnums=self._static_argnums,
+                               static_argnames=self._static_argnames, keep_unused=True)
+        self._cache: dict = {}
+        self._lock = threading.Lock()
+        functools.update_wrapper(self, fun)
+
+    def _split(self, args, kwargs):
+        dynamic_args = [a for i, a in enumerate(args) if i not in self._static_argnums]
+        static_args = tuple((i, a) for i, a in enumerate(args) if i in self._static_argnums)
+        dynamic_kwargs = {k: v for k, v in kwargs.items() if k not in self._static_argnames}
+        static_kwargs = tuple(sorted((k, v) for k, v in kwargs.items()
+                                     if k in self._static_argnames))
+        return dynamic_args, dynamic_kwargs, (static_args, static_kwargs)
+
+    def _signature(self, args, kwargs):
+        import jax
+
+        dynamic_args, dynamic_kwargs, statics = self._split(args, kwargs)
+        leaves, tree = jax.tree_util.tree_flatten((dynamic_args, dynamic_kwargs))
+        abstract = tuple(_abstract(leaf) for leaf in leaves)
+        return (tree, abstract, statics, bool(jax.config.jax_enable_x64)), leaves
+
+    def lower(self, *args, **kwargs) -> "JitLowered":
+        lowered = self._jitted.lower(*args, **kwargs)
+        name = getattr(self._fun, "__name__", "program")
+        return JitLowered(normalize(lowered), name, lowered.out_tree)
+
+    def __call__(self, *args, **kwargs):
+        import jax
+
+        key, leaves = self._signature(args, kwargs)
+        entry = self._cache.get(key)
+        if entry is None:
+            with self._lock:
+                entry = self._cache.get(key)
+                if entry is None:
+                    lowered = self.lower(*args, **kwargs)
+                    entry = self._cache[key] = (lowered.compile(), lowered.out_tree)
+        compiled, out_tree = entry
+        specs = compiled.program.arguments
+        arrays = [_as_array(leaf, spec) for leaf, spec in zip(leaves, specs)]
+        results = compiled.call_flat(arrays)
+        return jax.tree_util.tree_unflatten(out_tree, [jax.numpy.asarray(r) for r in results])
+
+
+class JitLowered(Lowered):
+    def __init__(self, normalized: NormalizedModule, name: str, out_tree):
+        super().__init__(normalized, name)
+        self.out_tree = out_tree
+
+
+def _abstract(leaf: Any):
+    if isinstance(leaf, (bool, int, float, complex)):
+        return (type(leaf),)
+    shape = getattr(leaf, "shape", None)
+    dtype = getattr(leaf, "dtype", None)
+    if shape is None or dtype is None:
+        leaf = np.asarray(leaf)
+        shape, dtype = leaf.shape, leaf.dtype
+    return (tuple(shape), np.dtype(dtype).str, bool(getattr(leaf, "weak_type", False)))
+
+
+def _as_array(leaf: Any, spec: runtime.TensorSpec) -> np.ndarray:
+    """A leaf as the NumPy array the compiled code takes (Python scalars take the dtype
+    JAX gave them in the lowering)."""
+    if isinstance(leaf, (bool, int, float, complex)):
+        return np.asarray(leaf, dtype=np.dtype(spec.dtype))
+    array = np.asarray(leaf)
+    if array.dtype != np.dtype(spec.dtype) and getattr(leaf, "weak_type", False):
+        array = array.astype(spec.dtype)
+    return array
+
+
+def jit(fun: Optional[Callable] = None, *, static_argnums: Sequence[int] = (),
+        static_argnames: Sequence[str] = ()):
+    """A drop-in for ``jax.jit`` whose compiled code is generated by DaCe."""
+    if fun is None:
+        return functools.partial(jit, static_argnums=static_argnums,
+                                 static_argnames=static_argnames)
+    return JitFunction(fun, static_argnums, static_argnames)
+
+
+__all__ = ["ArgumentError", "Compiled", "JitFunction", "Lowered", "compile_text", "jit",
+           "lower_text"]

@@ -1,0 +1,142 @@
+"""The ``hlo2dace`` command line: convert, run, compare and test StableHLO modules.
+
+Every sub-command reads what the frontend accepts: a ``.mlir`` text file (pretty or
+generic form), MLIR bytecode, a StableHLO portable artifact, or ``Exported.serialize()``
+bytes."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .errors import Hlo2DaceError
+
+
+def _convert(args) -> int:
+    from .api import lower_text
+
+    sdfg = lower_text(Path(args.input)).as_sdfg()
+    output = args.output or str(Path(args.input).with_suffix(".sdfgz"))
+    sdfg.save(output, compress=output.endswith(".sdfgz"))
+    print(f"wrote {output}")
+    return 0
+
+
+def _load_inputs(path, specs) -> list[np.ndarray]:
+    if path is None:
+        if specs:
+            raise SystemExit(f"the module takes {len(specs)} arguments: give --inputs X.npz")
+        return []
+    with np.load(path) as data:
+        keys = data.files
+        if all(f"arg_{i}" in keys for i in range(len(specs))):
+            keys = [f"arg_{i}" for i in range(len(specs))]
+        return [data[k] for k in keys]
+
+
+def random_inputs(specs, seed: int = 0) -> list[np.ndarray]:
+    """Random arrays of the given specs: normal floats, small integers, random booleans."""
+    rng = np.random.default_rng(seed)
+    arrays = []
+    for spec in specs:
+        dtype = np.dtype(spec.dtype)
+        if dtype.kind == "b":
+            arrays.append(rng.random(spec.shape) < 0.5)
+        elif dtype.kind in "iu":
+            arrays.append(rng.integers(0 if dtype.kind == "u" else -50, 50, spec.shape)
+                          .astype(dtype))
+        elif dtype.kind == "c":
+            arrays.append((rng.standard_normal(spec.shape)
+                           + 1j * rng.standard_normal(spec.shape)).astype(dtype))
+        else:
+            arrays.append(rng.standard_normal(spec.shape).astype(dtype))
+    return arrays
+
+
+def _run(args) -> int:
+    from .api import lower_text
+
+    compiled = lower_text(Path(args.input)).compile()
+    results = compiled.call_flat(_load_inputs(args.inputs, compiled.program.arguments))
+    if args.output:
+        np.savez(args.output, **{f"result_{i}": r for i, r in enumerate(results)})
+        print(f"wrote {len(results)} results to {args.output}")
+    else:
+        for i, result in enumerate(results):
+            print(f"result {i}: {result.dtype}{list(result.shape)}")
+            print(result)
+    return 0
+
+
+def _compare(args) -> int:
+    from .api import lower_text
+    from .compare import CompareReport, compare_arrays, median_seconds
+    from .xla import XlaModule
+
+    lowered = lower_text(Path(args.input))
+    start = time.perf_counter()
+    compiled = lowered.compile()
+    compile_seconds = time.perf_counter() - start
+    inputs = random_inputs(compiled.program.arguments, args.seed)
+    xla = XlaModule(lowered.as_text())
+    expected, actual = xla(*inputs), compiled.call_flat(inputs)
+    report = CompareReport(
+        tuple(compare_arrays(i, e, a) for i, (e, a) in enumerate(zip(expected, actual))),
+        median_seconds(lambda: xla(*inputs)), median_seconds(lambda: compiled.call_flat(inputs)),
+        compile_seconds)
+    print(report)
+    return 0 if report.ok(rtol=args.rtol, atol=args.atol) else 1
+
+
+def _test(args) -> int:
+    from .checktests import run_file
+
+    failed = passed = skipped = 0
+    for path in args.files:
+        for result in run_file(Path(path)):
+            line = f"{result.status.upper():5} {result.id}"
+            if result.message and result.status != "pass":
+                line += f"  ({result.message})"
+            print(line)
+            passed += result.status == "pass"
+            skipped += result.status == "skip"
+            failed += result.status in ("fail", "error")
+    print(f"{passed} passed, {failed} failed, {skipped} skipped")
+    return 1 if failed else 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="hlo2dace", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    convert = commands.add_parser("convert", help="translate a module into an SDFG file")
+    convert.add_argument("input")
+    convert.add_argument("-o", "--output", help="output .sdfg or .sdfgz file")
+    convert.set_defaults(handler=_convert)
+    run = commands.add_parser("run", help="compile and run a module on given inputs")
+    run.add_argument("input")
+    run.add_argument("--inputs", help=".npz with one array per argument (arg_0, arg_1, ...)")
+    run.add_argument("-o", "--output", help="save the results to this .npz")
+    run.set_defaults(handler=_run)
+    compare = commands.add_parser("compare", help="XLA against DaCe on random inputs")
+    compare.add_argument("input")
+    compare.add_argument("--seed", type=int, default=0)
+    compare.add_argument("--rtol", type=float, default=1e-5)
+    compare.add_argument("--atol", type=float, default=1e-6)
+    compare.set_defaults(handler=_compare)
+    test = commands.add_parser("test", help="run functions that use the check dialect")
+    test.add_argument("files", nargs="+")
+    test.set_defaults(handler=_test)
+    args = parser.parse_args(argv)
+    try:
+        return args.handler(args)
+    except Hlo2DaceError as exc:
+        print(f"hlo2dace: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

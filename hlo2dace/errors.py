@@ -1,0 +1,49 @@
+"""The error types of hlo2dace: every failure a user can cause is one of these."""
+
+from __future__ import annotations
+
+from typing import Iterable, Optional
+
+
+class Hlo2DaceError(Exception):
+    """Base class of every error hlo2dace raises on purpose."""
+
+
+class ParseError(Hlo2DaceError):
+    """Text or bytes that are not a StableHLO module hlo2dace can read."""
+
+    def __init__(self, message: str, line: Optional[int] = None, column: Optional[int] = None,
+                 context: str = ""):
+        self.line, self.column, self.context = line, column, context
+        where = f" at line {line}, column {column}" if line is not None else ""
+        text = f"{message}{where}"
+        if context:
+            text += f"\n{context}"
+        super().__init__(text)
+
+
+class UnsupportedError(Hlo2DaceError):
+    """An op, attribute or type that hlo2dace does not translate (yet).
+
+    The message names the op, where it came from, why, and what is supported instead.
+    """
+
+    def __init__(self, op: str, reason: str, location: object = None,
+                 supported: Optional[Iterable[str]] = None):
+        self.op, self.reason, self.location = op, reason, location
+        self.supported = tuple(supported) if supported is not None else None
+        text = f"`{op}`"
+        if location is not None and str(location) != "unknown location":
+            text += f" at {location}"
+        text += f": {reason}"
+        if self.supported:
+            text += "; supported: " + ", ".join(self.supported)
+        super().__init__(text)
+
+
+class ArgumentError(Hlo2DaceError, TypeError):
+    """Arguments at call time that do not match the compiled signature."""
+
+
+class CompilationError(Hlo2DaceError):
+    """DaCe or the C++ compiler failed on a translated program (a bug of hlo2dace)."""

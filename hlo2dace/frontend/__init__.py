@@ -1,0 +1,1 @@
+"""Front end: StableHLO text -> the IR of :mod:`hlo2dace.ir`."""

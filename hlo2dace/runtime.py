@@ -1,0 +1,227 @@
+"""Builds SDFGs into shared libraries, caches them on disk, and calls them.
+
+The runtime knows nothing about StableHLO: it receives an SDFG, the specs of its argument
+and result arrays, and the hidden constant arrays. A cache entry is a folder
+``<cache>/<key>/`` holding DaCe's build folder, ``meta.json`` and ``constants.npz``; it is
+built in a temporary folder and renamed into place, so a crash never leaves a
+half-written entry, and a file lock makes concurrent builders of one key build it once.
+
+The cache location is ``$HLO2DACE_CACHE_DIR``, else ``$XDG_CACHE_HOME/hlo2dace``, else
+``~/.cache/hlo2dace``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import threading
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import ml_dtypes  # noqa: F401  (registers bfloat16, int4, ... as NumPy dtype names)
+import numpy as np
+
+from .errors import ArgumentError, CompilationError
+
+#: Compiler flags: DaCe's defaults minus the ones that change IEEE results
+#: (-fno-signed-zeros, -freciprocal-math); no FMA contraction, so that results do not
+#: depend on which products the compiler happens to fuse.
+CPU_FLAGS = ("-Wall -Wextra -march=native -fno-math-errno -fno-trapping-math -ffp-contract=off "
+             "-Wno-unused-parameter -Wno-unused-label -Wno-unused-variable "
+             "-Wno-unused-but-set-variable")
+RUNTIME_VERSION = "1"
+
+_process_lock = threading.Lock()
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("HLO2DACE_CACHE_DIR")
+    if root:
+        return Path(root)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "hlo2dace"
+
+
+def configure_dace() -> None:
+    import dace
+
+    dace.Config.set("compiler", "cpu", "args", value=CPU_FLAGS)
+    dace.Config.set("compiler", "build_type", value="Release")
+    dace.Config.set("debugprint", value=False)
+    # arguments are made C-contiguous by TensorSpec.to_storage; reshaped ones are views
+    dace.Config.set("compiler", "allow_view_arguments", value=True)
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One argument or result array: its data name in the SDFG, shape, the dtype users see
+    and the dtype the compiled code stores."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    storage: str
+
+    @property
+    def storage_shape(self) -> tuple[int, ...]:
+        return self.shape if self.shape else (1,)
+
+    def to_storage(self, array: np.ndarray) -> np.ndarray:
+        dtype, storage = np.dtype(self.dtype), np.dtype(self.storage)
+        if array.dtype != dtype:
+            array = array.astype(dtype)
+        if storage != dtype:
+            array = array.view(storage) if storage.itemsize == dtype.itemsize else array.astype(storage)
+        return np.ascontiguousarray(array).reshape(self.storage_shape)
+
+    def from_storage(self, array: np.ndarray) -> np.ndarray:
+        dtype, storage = np.dtype(self.dtype), np.dtype(self.storage)
+        if storage != dtype:
+            array = array.view(dtype) if storage.itemsize == dtype.itemsize else array.astype(dtype)
+        return array.reshape(self.shape)
+
+
+def cache_key(*parts: str) -> str:
+    import dace
+
+    digest = hashlib.sha256()
+    for part in (RUNTIME_VERSION, dace.__version__, CPU_FLAGS, *parts):
+        digest.update(part.encode())
+        digest.update(b"\0")
+    return digest.hexdigest()[:32]
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+class Program:
+    """A compiled SDFG with its calling convention."""
+
+    def __init__(self, compiled: Any, arguments: Sequence[TensorSpec],
+                 results: Sequence[TensorSpec], constants: dict[str, np.ndarray],
+                 folder: Path, built: bool):
+        self._compiled = compiled
+        self.arguments = tuple(arguments)
+        self.results = tuple(results)
+        self._constants = constants
+        self.folder = folder
+        #: True if this process built the binary, False if it came from the disk cache
+        self.built = built
+
+    def check(self, arrays: Sequence[Any]) -> list[np.ndarray]:
+        """Validate call arguments against the specs; return them in storage layout."""
+        if len(arrays) != len(self.arguments):
+            raise ArgumentError(f"expected {len(self.arguments)} arguments, got {len(arrays)}")
+        converted = []
+        for i, (array, spec) in enumerate(zip(arrays, self.arguments)):
+            array = np.asarray(array)
+            if tuple(array.shape) != spec.shape:
+                raise ArgumentError(f"argument {i}: expected shape {spec.shape}, got "
+                                    f"{tuple(array.shape)}")
+            if array.dtype != np.dtype(spec.dtype):
+                raise ArgumentError(f"argument {i}: expected dtype {np.dtype(spec.dtype).name}, "
+                                    f"got {array.dtype.name}")
+            converted.append(spec.to_storage(array))
+        return converted
+
+    def __call__(self, *arrays: Any) -> list[np.ndarray]:
+        kwargs = dict(self._constants)
+        for spec, array in zip(self.arguments, self.check(arrays)):
+            kwargs[spec.name] = array
+        outputs = []
+        for spec in self.results:
+            out = np.empty(spec.storage_shape, dtype=np.dtype(spec.storage))
+            kwargs[spec.name] = out
+            outputs.append(out)
+        if any(0 in a.shape for a in kwargs.values()):
+            kwargs = {k: (v if v.size else np.empty((1,) * v.ndim, v.dtype))
+                      for k, v in kwargs.items()}
+            outputs = [o if o.size else np.empty(s.storage_shape, np.dtype(s.storage))
+                       for o, s in zip(outputs, self.results)]
+            for spec, out in zip(self.results, outputs):
+                if out.size:
+                    kwargs[spec.name] = out
+        self._compiled(**kwargs)
+        return [spec.from_storage(out) for spec, out in zip(self.results, outputs)]
+
+
+def _load(folder: Path, built: bool) -> Program:
+    from dace.codegen.compiler import load_precompiled_sdfg
+
+    configure_dace()
+    meta = json.loads((folder / "meta.json").read_text())
+    with np.load(folder / "constants.npz") as data:
+        constants = {k: data[k] for k in data.files}
+    compiled = load_precompiled_sdfg(folder / "build")
+    def specs(entries):
+        return [TensorSpec(**{**e, "shape": tuple(e["shape"])}) for e in entries]
+
+    return Program(compiled, specs(meta["arguments"]), specs(meta["results"]), constants,
+                   folder, built)
+
+
+#: programs loaded by this process, by cache folder: a library is loaded once per process
+_loaded: dict[Path, Program] = {}
+
+
+def lookup(key: str) -> Optional[Program]:
+    """The cached program of ``key``, or None."""
+    folder = cache_dir() / key
+    if folder in _loaded:
+        return _loaded[folder]
+    if (folder / "meta.json").is_file():
+        try:
+            program = _load(folder, built=False)
+        except Exception:  # a damaged entry: rebuild it
+            shutil.rmtree(folder, ignore_errors=True)
+            return None
+        _loaded[folder] = program
+        return program
+    return None
+
+
+def build(sdfg: Any, key: str, arguments: Sequence[TensorSpec], results: Sequence[TensorSpec],
+          constants: dict[str, np.ndarray]) -> Program:
+    """Compile ``sdfg`` into the cache entry ``key`` (or load it if another process did)."""
+    root = cache_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    with _process_lock, _file_lock(root / f"{key}.lock"):
+        cached = lookup(key)
+        if cached is not None:
+            return cached
+        staging = Path(tempfile.mkdtemp(prefix=f"{key}.", suffix=".tmp", dir=root))
+        try:
+            configure_dace()
+            sdfg.name = f"h2d_{key[:16]}"
+            sdfg.build_folder = str(staging / "build")
+            try:
+                sdfg.compile(validate=True, return_program_handle=False)
+            except Exception as exc:
+                raise CompilationError(f"DaCe could not compile the translated program: "
+                                       f"{type(exc).__name__}: {exc}") from exc
+            np.savez(staging / "constants.npz", **constants)
+            meta = {"arguments": [asdict(a) for a in arguments],
+                    "results": [asdict(r) for r in results]}
+            (staging / "meta.json").write_text(json.dumps(meta))
+            final = root / key
+            shutil.rmtree(final, ignore_errors=True)
+            os.rename(staging, final)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        program = _loaded[final] = _load(final, built=True)
+    return program

@@ -1,0 +1,7 @@
+"""IR -> SDFG. Importing this package registers every op family with the registry."""
+
+from . import control, elementwise, linalg, shape  # noqa: F401  (registration)
+from .builder import Builder
+from .registry import supported_ops
+
+__all__ = ["Builder", "supported_ops"]

@@ -1,0 +1,493 @@
+"""The builder: owns the SDFG under construction and walks the IR, dispatching each op
+through the registry.
+
+How the builder emits code decides speed more than any later pass, so it never
+materialises what it can express otherwise. Every SSA value is bound to a ``Binding``:
+
+* ``Array``: a data container of the SDFG (argument, result, hidden constant, transient);
+* ``Literal``: a splat constant, written into tasklet code as a C++ literal;
+* ``View``: an affine re-indexing of an array (broadcast_in_dim, transpose, slice, unit
+  reshape), read through memlets by its consumers and copied only when an op needs an array;
+* ``Pending``: the result of an elementwise op whose map has not been emitted yet.
+
+Elementwise ops of one shape gather into an open ``ElementwiseCluster`` and are emitted
+as ONE map with one tasklet per op and register scalars between them; only values used
+outside the cluster are written to arrays. A cluster closes when anything else needs one
+of its values as an array, so the dataflow stays acyclic. Every map over a shape uses the
+parameters ``__i0, __i1, ...`` so DaCe's own passes can fuse what the builder leaves apart.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections import ChainMap, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional, Sequence, Union
+
+import dace
+import numpy as np
+
+from .. import ir
+from ..errors import UnsupportedError
+from . import dtypes, registry
+from .literals import literal
+
+HELPERS_CPP = (Path(__file__).with_name("h2d_ops.h")).read_text()
+
+# ------------------------------------------------------------------------ bindings
+
+
+@dataclass(frozen=True)
+class Array:
+    name: str
+    type: ir.TensorType
+
+
+@dataclass(frozen=True)
+class Literal:
+    value: object  # a NumPy scalar of the element type's NumPy dtype
+    type: ir.TensorType
+
+
+@dataclass(frozen=True)
+class Axis:
+    """How one dimension of a view's source is indexed: ``offset + stride * i_dim``
+    (``dim`` None: the constant ``offset``)."""
+
+    dim: Optional[int]
+    stride: int = 1
+    offset: int = 0
+
+
+@dataclass(frozen=True)
+class View:
+    source: Array
+    axes: tuple[Axis, ...]  # one per source dimension
+    type: ir.TensorType
+
+
+@dataclass(frozen=True, eq=False)
+class Pending:
+    cluster: "ElementwiseCluster"
+    value: ir.Value
+    scope: "Scope"
+
+    @property
+    def key(self) -> tuple[int, str]:
+        return (id(self.scope), self.value.name)
+
+    @property
+    def type(self) -> ir.TensorType:
+        return self.value.type
+
+
+Binding = Union[Array, Literal, View, Pending]
+
+
+def map_params(rank: int) -> list[str]:
+    return [f"__i{d}" for d in range(rank)]
+
+
+def dace_shape(t: ir.TensorType) -> list[int]:
+    """0-d tensors are stored as one-element arrays."""
+    return list(t.shape) if t.rank else [1]
+
+
+def flat_index(shape: Sequence[int], indices: Sequence[str]) -> str:
+    """C++ for the row-major offset of ``indices`` in an array of ``shape``."""
+    terms, stride = [], 1
+    for n, index in reversed(list(zip(shape, indices))):
+        terms.append(f"(int64_t)({index})" if stride == 1 else f"(int64_t)({index}) * {stride}LL")
+        stride *= n
+    return " + ".join(reversed(terms)) or "0"
+
+
+def index_expressions(binding: Union[Array, View], rank: int) -> list[str]:
+    """Subscripts that read ``binding`` at the iteration point ``__i0..`` of a map over a
+    shape of ``rank`` dimensions (a 0-d operand of a shaped op is broadcast)."""
+    if isinstance(binding, View):
+        out = []
+        for axis in binding.axes:
+            if axis.dim is None:
+                out.append(str(axis.offset))
+                continue
+            term = f"__i{axis.dim}" if axis.stride == 1 else f"{axis.stride} * __i{axis.dim}"
+            out.append(term if axis.offset == 0 else f"{axis.offset} + {term}")
+        return out or ["0"]
+    if binding.type.rank == 0:
+        return ["0"]
+    assert binding.type.rank == rank
+    return map_params(rank)
+
+
+# ------------------------------------------------------------------ elementwise
+
+
+@dataclass(eq=False)
+class ElementwiseCluster:
+    """Elementwise ops over one iteration space, emitted together as one map. Each member
+    keeps the scope it was bound in (inlined calls add members from their own scope);
+    ``resolved`` holds, once emitted, the arrays of the values used outside."""
+
+    shape: tuple[int, ...]
+    members: list[tuple[ir.Op, "Scope"]] = field(default_factory=list)
+    closed: bool = False
+    resolved: dict[tuple[int, str], "Array"] = field(default_factory=dict)
+
+
+# ------------------------------------------------------------------------- scopes
+
+
+@dataclass(eq=False)
+class Scope:
+    """The bindings of one function body (or nested region) being translated."""
+
+    env: ChainMap
+    uses: dict[str, list[ir.Op]]
+    #: values that must end in a specific array (function results)
+    destinations: dict[str, str] = field(default_factory=dict)
+
+
+def collect_uses(block: ir.Block) -> dict[str, list[ir.Op]]:
+    """Value name -> the ops of ``block`` that use it, ops nested in regions counted as
+    uses by the top-level op that holds them."""
+    uses: dict[str, list[ir.Op]] = defaultdict(list)
+    for op in block.ops:
+        seen = set()
+        for inner in op.walk():
+            for operand in inner.operands:
+                if operand.name not in seen:
+                    seen.add(operand.name)
+                    uses[operand.name].append(op)
+    return uses
+
+
+def _identifier(text: str) -> str:
+    return re.sub(r"[^0-9A-Za-z_]", "_", text)
+
+
+class Builder:
+    """Translates one IR module into one SDFG."""
+
+    def __init__(self, module: ir.Module, name: str, entry: Optional[str] = None,
+                 target: str = "cpu"):
+        self.module = module
+        try:
+            self.entry = module.functions[entry] if entry else module.main
+        except LookupError:
+            raise UnsupportedError("builtin.module", f"no entry function {entry or 'main'}",
+                                   supported=sorted(module.functions)) from None
+        self.target = target
+        self.sdfg = dace.SDFG(_identifier(name))
+        self.sdfg.append_global_code(HELPERS_CPP)
+        self.sdfg.append_init_code("h2d::init_worker_fp_mode();")
+        prologue = self.sdfg.add_state("prologue", is_start_block=True)
+        self._fp_mode_tasklet(prologue, "h2d::enter_fp_mode();")
+        self.state = self.sdfg.add_state_after(prologue, "entry")
+        self._nodes: dict[str, dace.nodes.AccessNode] = {}  # last access node per data
+        self._counter = itertools.count()
+        self.scope: Optional[Scope] = None
+        self.open_clusters: dict[tuple[int, ...], ElementwiseCluster] = {}
+        #: hidden constant arguments: data name -> array (in storage dtype)
+        self.constants: dict[str, np.ndarray] = {}
+        self.argument_names: list[str] = []
+        self.result_names: list[str] = []
+        self.current_op: Optional[ir.Op] = None
+
+    @staticmethod
+    def _fp_mode_tasklet(state: dace.SDFGState, code: str) -> None:
+        """Switch the caller's floating-point mode, as XLA does around its CPU code."""
+        state.add_tasklet("fp_mode", {}, {}, code, language=dace.Language.CPP,
+                          side_effects=True)
+
+    # ---------------------------------------------------------------- naming / data
+    def fresh(self, hint: str) -> str:
+        """A new SDFG-wide name; SSA names like ``%3`` become ``v3_12``."""
+        hint = _identifier(hint)
+        if not hint[:1].isalpha():
+            hint = f"v{hint}"
+        return f"{hint}_{next(self._counter)}"
+
+    def add_array(self, hint: str, t: ir.TensorType, transient: bool = True) -> Array:
+        element = dtypes.of(t, self._op_name(), self._location())
+        if not t.is_static:
+            raise UnsupportedError(self._op_name(), f"dynamic shape {t} (see issue on "
+                                   "symbolic shapes)", self._location())
+        name = self.fresh(hint) if transient else hint
+        self.sdfg.add_array(name, dace_shape(t), element.storage, transient=transient,
+                            lifetime=dace.AllocationLifetime.Persistent if transient
+                            else dace.AllocationLifetime.Scope)
+        return Array(name, t)
+
+    def add_constant_array(self, value: np.ndarray, t: ir.TensorType) -> Array:
+        """A non-splat constant: a hidden argument filled by the runtime at every call."""
+        element = dtypes.of(t)
+        name = f"__const{len(self.constants)}"
+        self.sdfg.add_array(name, dace_shape(t), element.storage)
+        self.constants[name] = np.ascontiguousarray(
+            element.to_storage(np.asarray(value).reshape(dace_shape(t))))
+        return Array(name, t)
+
+    def result_array(self, value: ir.Value, hint: str = "", scope: Optional[Scope] = None
+                     ) -> Array:
+        """The array an op writes ``value`` into: its function result if it is one."""
+        assert isinstance(value.type, ir.TensorType)
+        scope = scope or self.scope
+        destination = scope.destinations.pop(value.name, None) if scope else None
+        if destination is not None:
+            return Array(destination, value.type)
+        return self.add_array(hint or value.name.lstrip("%"), value.type)
+
+    def scalar(self, hint: str, ctype: dace.typeclass) -> str:
+        name = self.fresh(hint)
+        self.sdfg.add_scalar(name, ctype, transient=True, storage=dace.StorageType.Register)
+        return name
+
+    # ---------------------------------------------------------------- access nodes
+    def read(self, name: str) -> dace.nodes.AccessNode:
+        node = self._nodes.get(name)
+        if node is None:
+            node = self.state.add_access(name)
+            self._nodes[name] = node
+        return node
+
+    def write(self, name: str) -> dace.nodes.AccessNode:
+        node = self.state.add_access(name)
+        self._nodes[name] = node
+        return node
+
+    def new_state(self, label: str = "s") -> dace.SDFGState:
+        """Continue in a fresh state after the current one (for control flow, and ops
+        whose writes must be ordered after everything before)."""
+        self.state = self.sdfg.add_state_after(self.state, self.fresh(label))
+        self._nodes = {}
+        return self.state
+
+    def debuginfo(self) -> Optional[dace.dtypes.DebugInfo]:
+        loc = self._location()
+        if loc is None or loc.line is None:
+            return None
+        return dace.dtypes.DebugInfo(loc.line, loc.column or 0, filename=loc.file)
+
+    def _op_name(self) -> str:
+        return self.current_op.name if self.current_op is not None else "module"
+
+    def _location(self):
+        return self.current_op.location if self.current_op is not None else None
+
+    def unsupported(self, reason: str, supported: Optional[Sequence[str]] = None):
+        return UnsupportedError(self._op_name(), reason, self._location(), supported)
+
+    # ---------------------------------------------------------------- bindings
+    def bind(self, value: ir.Value, binding: Binding) -> None:
+        self.scope.env[value.name] = binding
+
+    def binding(self, value: ir.Value) -> Binding:
+        return self.scope.env[value.name]
+
+    def resolve(self, binding: Binding) -> Union[Array, Literal, View]:
+        """A pending elementwise result -> its array, emitting its cluster if needed."""
+        if isinstance(binding, Pending):
+            self.close_cluster(binding.cluster)
+            return binding.cluster.resolved[binding.key]
+        return binding
+
+    def operand(self, value: ir.Value) -> Union[Array, Literal, View]:
+        """``value`` as something a map can read (never pending)."""
+        binding = self.resolve(self.binding(value))
+        self.bind(value, binding)
+        return binding
+
+    def array(self, value: ir.Value) -> Array:
+        """``value`` as an array of its own, materialising a literal or view on demand
+        (and remembering it)."""
+        binding = self.operand(value)
+        if isinstance(binding, Array):
+            return binding
+        target = self.result_array(value, "mat")
+        self.copy_into(binding, target)
+        self.bind(value, target)
+        return target
+
+    def copy_into(self, source: Union[Array, Literal, View], target: Array,
+                  offsets: Optional[Sequence[int]] = None) -> None:
+        """Write ``source`` into ``target`` (at ``offsets``, else all of it) with one map
+        over the source's shape."""
+        t = source.type
+        if t.size == 0:
+            return
+        element = dtypes.of(t)
+        params = map_params(t.rank)
+        inputs = {}
+        if isinstance(source, Literal):
+            code = f"__out = {literal(source.value, element, storage=True)};"
+        else:
+            data = source.source.name if isinstance(source, View) else source.name
+            subset = ", ".join(index_expressions(source, t.rank))
+            inputs["__in"] = dace.Memlet(f"{data}[{subset}]")
+            code = "__out = __in;"
+        if offsets is None:
+            out_subset = ", ".join(params) if t.rank else "0"
+        else:
+            out_subset = ", ".join(f"{o} + {p}" if o else p for o, p in zip(offsets, params))
+        self.mapped_tasklet("copy", t, inputs, code,
+                            {"__out": dace.Memlet(f"{target.name}[{out_subset}]")})
+
+    def indexed_map(self, label: str, target: Array, arrays: dict[str, Array],
+                    scalars: dict[str, Union[Array, Literal]], code: str) -> None:
+        """One map over ``target`` whose tasklet reads whole ``arrays`` (C++ pointers, to
+        index with ``flat_index``) and 0-d ``scalars``; the code assigns ``__out``.
+        For ops whose reads depend on the position or on run-time values."""
+        t = target.type
+        if t.size == 0:
+            return
+        inputs, prelude = {}, []
+        for conn, array in arrays.items():
+            full = ", ".join(f"0:{n}" for n in dace_shape(array.type))
+            inputs[conn] = dace.Memlet(f"{array.name}[{full}]")
+        for conn, scalar in scalars.items():
+            if isinstance(scalar, Literal):
+                element = dtypes.of(scalar.type)
+                prelude.append(f"const auto {conn} = {literal(scalar.value, element, True)};")
+            else:
+                inputs[conn] = dace.Memlet(f"{scalar.name}[0]")
+        out_subset = ", ".join(map_params(t.rank)) if t.rank else "0"
+        self.mapped_tasklet(label, t, inputs, "\n".join(prelude + [code]),
+                            {"__out": dace.Memlet(f"{target.name}[{out_subset}]")})
+
+    def mapped_tasklet(self, label: str, t: ir.TensorType, inputs: dict, code: str,
+                       outputs: dict) -> None:
+        """One tasklet, in a map over ``t``'s shape (or alone for a 0-d shape)."""
+        input_nodes = {m.data: self.read(m.data) for m in inputs.values()}
+        output_nodes = {m.data: self.write(m.data) for m in outputs.values()}
+        if t.rank == 0:
+            tasklet = self.state.add_tasklet(self.fresh(label), set(inputs) or {},
+                                             set(outputs), code,
+                                             language=dace.Language.CPP,
+                                             debuginfo=self.debuginfo())
+            for conn, memlet in inputs.items():
+                self.state.add_edge(input_nodes[memlet.data], None, tasklet, conn, memlet)
+            for conn, memlet in outputs.items():
+                self.state.add_edge(tasklet, conn, output_nodes[memlet.data], None, memlet)
+            return
+        ranges = {p: f"0:{n}" for p, n in zip(map_params(t.rank), t.shape)}
+        self.state.add_mapped_tasklet(
+            self.fresh(label), ranges, inputs, code, outputs, language=dace.Language.CPP,
+            external_edges=True, input_nodes=input_nodes, output_nodes=output_nodes,
+            debuginfo=self.debuginfo())
+
+    # ---------------------------------------------------------------- elementwise
+    def add_elementwise(self, op: ir.Op) -> None:
+        t = op.results[0].type
+        shape = tuple(t.shape)
+        cluster = self.open_clusters.get(shape)
+        if cluster is None:
+            cluster = self.open_clusters[shape] = ElementwiseCluster(shape)
+        for operand in op.operands:
+            binding = self.binding(operand)
+            if isinstance(binding, Pending) and binding.cluster is not cluster:
+                self.operand(operand)  # read from another shape's cluster: emit that one
+        cluster.members.append((op, self.scope))
+        for result in op.results:
+            self.bind(result, Pending(cluster, result, self.scope))
+
+    def close_all_clusters(self) -> None:
+        for cluster in list(self.open_clusters.values()):
+            self.close_cluster(cluster)
+
+    def close_cluster(self, cluster: ElementwiseCluster) -> None:
+        from .fusion import emit_cluster
+
+        if cluster.closed:
+            return
+        cluster.closed = True
+        if self.open_clusters.get(cluster.shape) is cluster:
+            del self.open_clusters[cluster.shape]
+        emit_cluster(self, cluster)
+
+    # ---------------------------------------------------------------- walking the IR
+    def translate_block(self, block: ir.Block, scope: Scope) -> list[Binding]:
+        """Translate the ops of ``block`` in ``scope``; returns the bindings of the values
+        its terminator returns (terminator ``func.return`` / ``stablehlo.return``)."""
+        outer, self.scope = self.scope, scope
+        try:
+            for op in block.ops[:-1]:
+                if op.results and not any(scope.uses.get(r.name) for r in op.results):
+                    continue  # dead: no effects, no users
+                self.translate_op(op)
+            terminator = block.terminator
+            self.current_op = terminator
+            returned = [self.binding(v) for v in terminator.operands]
+        finally:
+            self.scope = outer
+        return returned
+
+    def translate_op(self, op: ir.Op) -> None:
+        self.current_op = op
+        rule = registry.elementwise_rule(op.name)
+        if rule is not None:
+            t = op.results[0].type
+            if not isinstance(t, ir.TensorType) or not t.is_static:
+                raise self.unsupported(f"result type {t}")
+            for result in op.results:
+                dtypes.of(result.type, op.name, op.location)
+            for operand in op.operands:
+                dtypes.of(operand.type, op.name, op.location)
+                if operand.type.rank and operand.type.shape != t.shape:
+                    raise self.unsupported(f"operand of type {operand.type} for a result of "
+                                           f"type {t} (shapes must agree)")
+            self.add_elementwise(op)
+            return
+        registry.translator(op).translate(self, op)
+
+    def call_function(self, function: ir.Function, arguments: Sequence[Binding]) -> list[Binding]:
+        """Inline ``function`` with ``arguments`` bound to its parameters. Pending
+        arguments are emitted first: a cluster's register scalars do not cross scopes."""
+        arguments = [self.resolve(binding) for binding in arguments]
+        env = ChainMap({a.name: b for a, b in zip(function.arguments, arguments)})
+        scope = Scope(env, collect_uses(function.body.entry))
+        saved_op = self.current_op
+        results = self.translate_block(function.body.entry, scope)
+        self.current_op = saved_op
+        return results
+
+    def build(self) -> dace.SDFG:
+        main = self.entry
+        arguments: list[Binding] = []
+        for i, value in enumerate(main.arguments):
+            if not isinstance(value.type, ir.TensorType):
+                raise UnsupportedError("func.func", f"argument {i} of type {value.type}",
+                                       main.location)
+            arguments.append(self.add_array(f"arg{i}", value.type, transient=False))
+            self.argument_names.append(f"arg{i}")
+        results: list[Array] = []
+        for i, t in enumerate(main.result_types):
+            if not isinstance(t, ir.TensorType):
+                raise UnsupportedError("func.func", f"result {i} of type {t}", main.location)
+            results.append(self.add_array(f"__return{i}", t, transient=False))
+            self.result_names.append(f"__return{i}")
+
+        # Results computed by an op of main's body are written straight into their arrays.
+        block = main.body.entry
+        produced = {r.name for op in block.ops for r in op.results}
+        destinations: dict[str, str] = {}
+        for value, target in zip(block.terminator.operands, results):
+            if value.name in produced and value.name not in destinations:
+                destinations[value.name] = target.name
+        env = ChainMap({a.name: b for a, b in zip(main.arguments, arguments)})
+        scope = Scope(env, collect_uses(block), destinations)
+        returned = self.translate_block(block, scope)
+        self.scope = scope
+        self.current_op = block.terminator
+        self.close_all_clusters()
+        for binding, target in zip(returned, results):
+            binding = self.resolve(binding)
+            if isinstance(binding, Array) and binding.name == target.name:
+                continue
+            self.copy_into(binding, target)
+        self.scope = None
+        self._fp_mode_tasklet(self.new_state("epilogue"), "h2d::leave_fp_mode();")
+        return self.sdfg
+

@@ -1,0 +1,159 @@
+"""The one place that maps IR element types to NumPy, DaCe and C++ types.
+
+Each element type has a *storage* type (what the SDFG's arrays hold and what is passed to
+the compiled code) and a *compute* type (what tasklets compute in). They differ where C++
+has no arithmetic type of that width on the CPU: f16 and bf16 are stored as their 16-bit
+patterns and computed in ``float``, rounded back after every op as XLA does; the 2- and
+4-bit integers are stored in a byte and wrapped back to their width after every op.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Optional
+
+import dace
+import ml_dtypes
+import numpy as np
+
+from .. import ir
+from ..errors import UnsupportedError
+
+
+@dataclass(frozen=True)
+class ElementType:
+    element: str  #: MLIR spelling, ``f32``
+    numpy: np.dtype  #: the dtype users see
+    storage: dace.typeclass  #: the SDFG's array element type
+    compute: str  #: the C++ type tasklets compute in
+    #: for sub-byte integers: their width; for f16/bf16: the C++ rounding helper's name
+    narrow_bits: Optional[int] = None
+    rounding: Optional[str] = None
+
+    @property
+    def storage_numpy(self) -> np.dtype:
+        return np.dtype(self.storage.type)
+
+    @property
+    def compute_dace(self) -> dace.typeclass:
+        """The DaCe type of register scalars holding a computed value."""
+        return dace.float32 if self.is_stored_as_bits else self.storage
+
+    def load(self, expression: str) -> str:
+        """C++ that turns a value read from an array into the compute type."""
+        return f"h2d::{self.rounding}_to_float({expression})" if self.rounding else expression
+
+    def store(self, expression: str) -> str:
+        """C++ that turns a computed value into what the array holds."""
+        return f"h2d::float_to_{self.rounding}({expression})" if self.rounding else expression
+
+    def fit(self, expression: str) -> str:
+        """C++ that rounds or wraps a freshly computed value to this type's precision."""
+        if self.rounding:
+            return f"h2d::round_{self.rounding}({expression})"
+        if self.narrow_bits:
+            return f"h2d::wrap<{self.narrow_bits}>(({self.compute})({expression}))"
+        return expression
+
+    @property
+    def is_bool(self) -> bool:
+        return ir.is_bool(self.element)
+
+    @property
+    def is_integer(self) -> bool:
+        return ir.is_integer(self.element)
+
+    @property
+    def is_unsigned(self) -> bool:
+        return ir.is_unsigned(self.element)
+
+    @property
+    def is_float(self) -> bool:
+        return ir.is_float(self.element)
+
+    @property
+    def is_complex(self) -> bool:
+        return ir.is_complex(self.element)
+
+    @property
+    def is_stored_as_bits(self) -> bool:
+        """f16/bf16: arrays hold the bit pattern; loads and stores convert."""
+        return self.rounding is not None
+
+    def to_storage(self, array: np.ndarray) -> np.ndarray:
+        """A NumPy array of this type as the compiled code expects it (no copy if possible)."""
+        array = np.asarray(array)
+        if array.dtype != self.numpy:
+            array = array.astype(self.numpy)
+        if self.narrow_bits is not None:
+            return array.astype(self.storage_numpy)
+        if array.dtype != self.storage_numpy:
+            return array.view(self.storage_numpy)
+        return array
+
+    def from_storage(self, array: np.ndarray) -> np.ndarray:
+        if self.narrow_bits is not None:
+            return array.astype(self.numpy)
+        if array.dtype != self.numpy:
+            return array.view(self.numpy)
+        return array
+
+
+def _entries():
+    table = {
+        "i1": (np.bool_, dace.bool_, "bool"),
+        "f32": (np.float32, dace.float32, "float"),
+        "f64": (np.float64, dace.float64, "double"),
+        "complex<f32>": (np.complex64, dace.complex64, "dace::complex64"),
+        "complex<f64>": (np.complex128, dace.complex128, "dace::complex128"),
+    }
+    for bits in (8, 16, 32, 64):
+        for signed in (True, False):
+            np_type = np.dtype(f"{'' if signed else 'u'}int{bits}")
+            ctype = f"{'' if signed else 'u'}int{bits}_t"
+            dace_type = dace.dtypes.typeclass(np_type.type)
+            names = (f"i{bits}", f"si{bits}") if signed else (f"ui{bits}",)
+            for name in names:
+                table[name] = (np_type, dace_type, ctype)
+    entries = {name: ElementType(name, np.dtype(n), d, c) for name, (n, d, c) in table.items()}
+    for bits, signed_np, unsigned_np in ((2, ml_dtypes.int2, ml_dtypes.uint2),
+                                         (4, ml_dtypes.int4, ml_dtypes.uint4)):
+        for name in (f"i{bits}", f"si{bits}"):
+            entries[name] = ElementType(name, np.dtype(signed_np), dace.int8, "int8_t",
+                                        narrow_bits=bits)
+        entries[f"ui{bits}"] = ElementType(f"ui{bits}", np.dtype(unsigned_np), dace.uint8,
+                                           "uint8_t", narrow_bits=bits)
+    entries["f16"] = ElementType("f16", np.dtype(np.float16), dace.uint16, "float",
+                                 rounding="f16")
+    entries["bf16"] = ElementType("bf16", np.dtype(ml_dtypes.bfloat16), dace.uint16, "float",
+                                  rounding="bf16")
+    return entries
+
+
+_ELEMENTS = _entries()
+SUPPORTED_ELEMENTS = tuple(sorted(_ELEMENTS))
+
+
+@lru_cache(maxsize=None)
+def element_type(element: str, op: str = "type", location: object = None) -> ElementType:
+    try:
+        return _ELEMENTS[element]
+    except KeyError:
+        raise UnsupportedError(op, f"element type {element} is not supported", location,
+                               SUPPORTED_ELEMENTS) from None
+
+
+def of(tensor: ir.Type, op: str = "type", location: object = None) -> ElementType:
+    if not isinstance(tensor, ir.TensorType):
+        raise UnsupportedError(op, f"values of type {tensor} are not supported", location)
+    return element_type(tensor.element, op, location)
+
+
+def element_of_numpy(dtype: np.dtype) -> str:
+    """The MLIR element type of a NumPy dtype (for building modules from arrays)."""
+    dtype = np.dtype(dtype)
+    for name, entry in _ELEMENTS.items():
+        if entry.numpy == dtype and not name.startswith("si"):
+            return name
+    raise UnsupportedError("argument", f"NumPy dtype {dtype} has no StableHLO element type")

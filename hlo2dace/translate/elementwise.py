@@ -1,0 +1,164 @@
+"""Elementwise ops: one table of C++ expression templates over the operands' compute-type
+expressions. The semantics that C++ does not give for free (wrapping integer arithmetic,
+division by zero, out-of-range shifts, NaN-propagating max/min, XLA's float-to-int
+conversion...) live in ``h2d_ops.h``. The builder fuses these ops; see ``fusion.py``."""
+
+from __future__ import annotations
+
+from ..errors import UnsupportedError
+from .dtypes import ElementType
+from .registry import register_elementwise
+
+#: op -> C++ template; ``{0}``, ``{1}``... are the operands. Ops whose expression depends
+#: on attributes or types are functions below.
+TEMPLATES = {
+    "abs": "h2d::abs_({0})",
+    "add": "h2d::add({0}, {1})",
+    "subtract": "h2d::sub({0}, {1})",
+    "multiply": "h2d::mul({0}, {1})",
+    "divide": "h2d::div({0}, {1})",
+    "remainder": "h2d::rem({0}, {1})",
+    "power": "h2d::pow_({0}, {1})",
+    "negate": "h2d::neg({0})",
+    "sign": "h2d::sign({0})",
+    "maximum": "h2d::max_({0}, {1})",
+    "minimum": "h2d::min_({0}, {1})",
+    "sqrt": "std::sqrt({0})",
+    "rsqrt": "h2d::rsqrt({0})",
+    "cbrt": "std::cbrt({0})",
+    "exponential": "std::exp({0})",
+    "exponential_minus_one": "h2d::expm1_({0})",
+    "log": "std::log({0})",
+    "log_plus_one": "h2d::log1p_({0})",
+    "logistic": "h2d::logistic({0})",
+    "sine": "std::sin({0})",
+    "cosine": "std::cos({0})",
+    "tan": "std::tan({0})",
+    "tanh": "std::tanh({0})",
+    "atan2": "std::atan2({0}, {1})",
+    "floor": "std::floor({0})",
+    "ceil": "std::ceil({0})",
+    "round_nearest_afz": "h2d::round_afz({0})",
+    "round_nearest_even": "h2d::round_even({0})",
+    "is_finite": "h2d::is_finite({0})",
+    "not": "h2d::not_({0})",
+    "select": "({0} ? {1} : {2})",
+    "clamp": "h2d::clamp({0}, {1}, {2})",
+    "real": "std::real({0})",
+    "imag": "std::imag({0})",
+}
+
+
+def _bitwise(symbol: str, logical: str):
+    def expression(op, args, ins, out: ElementType):
+        if out.is_bool:
+            return f"({args[0]} {logical} {args[1]})"
+        return f"(({out.compute})({args[0]} {symbol} {args[1]}))"
+    return expression
+
+
+def _shift(kind: str):
+    def expression(op, args, ins, out: ElementType):
+        if out.narrow_bits:
+            return f"h2d::{kind}_n<{out.narrow_bits}>({args[0]}, {args[1]})"
+        return f"h2d::{kind}({args[0]}, {args[1]})"
+    return expression
+
+
+def _mask(arg: str, element: ElementType) -> str:
+    if element.narrow_bits:
+        return f"(({element.compute})(({arg}) & {(1 << element.narrow_bits) - 1}))"
+    return arg
+
+
+def _popcnt(op, args, ins, out):
+    return f"h2d::popcnt({_mask(args[0], out)})"
+
+
+def _clz(op, args, ins, out):
+    bits = out.narrow_bits or out.storage.bytes * 8
+    return f"h2d::clz({_mask(args[0], out)}, {bits})"
+
+
+_COMPARISONS = {"EQ": "==", "NE": "!=", "GE": ">=", "GT": ">", "LE": "<=", "LT": "<"}
+
+
+def _compare(op, args, ins, out):
+    direction = str(op.attr("comparison_direction"))
+    kind = op.attr("compare_type")
+    kind = str(kind) if kind is not None else None
+    symbol = _COMPARISONS[direction]
+    a, b = args
+    element = ins[0]
+    if element.is_complex and direction not in ("EQ", "NE"):
+        raise UnsupportedError(op.name, f"{direction} on complex numbers", op.location,
+                               ["EQ", "NE"])
+    if kind == "TOTALORDER" and (element.is_float):
+        return f"(h2d::total_order_key({a}) {symbol} h2d::total_order_key({b}))"
+    if element.is_bool:
+        return f"((int){a} {symbol} (int){b})"
+    return f"({a} {symbol} {b})"
+
+
+def _convert(op, args, ins, out: ElementType):
+    (source,) = ins
+    (x,) = args
+    if out.rounding and source.element == "f64":
+        return f"h2d::{out.rounding}_to_float(h2d::double_to_{out.rounding}({x}))"
+    if out.narrow_bits and source.is_float:
+        bits = out.narrow_bits
+        lo, hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if not out.is_unsigned else (0, (1 << bits) - 1)
+        return (f"(({out.compute})h2d::convert<int32_t>("
+                f"h2d::clamp<{source.compute}>({lo}, {x}, {hi})))")
+    return f"h2d::convert<{out.compute}>({x})"
+
+
+def _bitcast(op, args, ins, out: ElementType):
+    (source,) = ins
+    if source.storage.bytes != out.storage.bytes or bool(source.narrow_bits) != bool(out.narrow_bits):
+        raise UnsupportedError(op.name, f"bitcast from {source.element} to {out.element} "
+                               "changes the element width (not supported yet)", op.location)
+    bits = f"h2d::bit_cast<{out.storage.ctype}>({source.store(args[0])})"
+    return out.load(bits)
+
+
+def _complex(op, args, ins, out):
+    return f"{out.compute}({args[0]}, {args[1]})"
+
+
+def _reduce_precision(op, args, ins, out):
+    exponent, mantissa = int(op.attr("exponent_bits")), int(op.attr("mantissa_bits"))
+    if out.rounding:  # computed in float: keep what the 16-bit type itself can hold
+        native = {"f16": (5, 10), "bf16": (8, 7)}[out.element]
+        exponent = 8 if exponent >= native[0] else exponent
+        mantissa = 23 if mantissa >= native[1] else mantissa
+    return f"h2d::reduce_precision({args[0]}, {exponent}, {mantissa})"
+
+
+FUNCTIONS = {
+    "and": _bitwise("&", "&&"),
+    "or": _bitwise("|", "||"),
+    "xor": _bitwise("^", "!="),
+    "shift_left": _shift("shl"),
+    "shift_right_logical": _shift("shr_logical"),
+    "shift_right_arithmetic": _shift("shr_arithmetic"),
+    "popcnt": _popcnt,
+    "count_leading_zeros": _clz,
+    "compare": _compare,
+    "convert": _convert,
+    "bitcast_convert": _bitcast,
+    "complex": _complex,
+    "reduce_precision": _reduce_precision,
+}
+
+
+def _from_template(template: str):
+    def expression(op, args, ins, out):
+        return template.format(*args)
+    return expression
+
+
+for _name, _template in TEMPLATES.items():
+    register_elementwise(f"stablehlo.{_name}", _from_template(_template))
+for _name, _function in FUNCTIONS.items():
+    register_elementwise(f"stablehlo.{_name}", _function)

@@ -1,0 +1,125 @@
+"""Emits an elementwise cluster as one map: one tasklet per op, register scalars between
+tasklets, operands read through (broadcasting) memlets, splat constants as literals, and
+arrays written only for the values used outside the cluster."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import dace
+
+from .. import ir
+from . import dtypes, registry
+from .builder import Array, Literal, Pending, View, index_expressions, map_params
+from .literals import literal
+
+if TYPE_CHECKING:
+    from .builder import Builder, ElementwiseCluster
+
+
+def emit_cluster(b: "Builder", cluster: "ElementwiseCluster") -> None:
+    members = {(id(scope), id(op)) for op, scope in cluster.members}
+    saved_op = b.current_op
+
+    def users_inside(scope, value: ir.Value) -> list[bool]:
+        return [(id(scope), id(user)) in members for user in scope.uses.get(value.name, ())]
+
+    # Values used outside the cluster get arrays; everything else stays in registers.
+    outputs: dict[tuple[int, str], Array] = {}
+    for op, scope in cluster.members:
+        for value in op.results:
+            if not all(users_inside(scope, value)):
+                b.current_op = op
+                outputs[(id(scope), value.name)] = b.result_array(
+                    value, value.name.lstrip("%"), scope)
+    cluster.resolved.update(outputs)
+    if 0 not in cluster.shape and outputs:
+        _emit_map(b, cluster, outputs, users_inside)
+    # bound only now: inside the map, members read each other's registers, not the arrays
+    for op, scope in cluster.members:
+        for value in op.results:
+            if (id(scope), value.name) in outputs:
+                scope.env[value.name] = outputs[(id(scope), value.name)]
+    b.current_op = saved_op
+
+
+def _emit_map(b: "Builder", cluster: "ElementwiseCluster", outputs: dict, users_inside) -> None:
+    shape = cluster.shape
+    rank = len(shape)
+    state = b.state
+
+    if rank:
+        entry, exit_ = state.add_map(b.fresh("fused"), {p: f"0:{n}" for p, n in
+                                                        zip(map_params(rank), shape)})
+    else:
+        entry = exit_ = None
+    # members' values read by members, also under another name (a func.call's result)
+    read_inside = {binding.key for op, scope in cluster.members for v in op.operands
+                   if isinstance(binding := scope.env.get(v.name), Pending)
+                   and binding.cluster is cluster}
+    scalars: dict[tuple[int, str], dace.nodes.AccessNode] = {}
+    for op, scope in cluster.members:
+        b.current_op = op
+        rule = registry.elementwise_rule(op.name)
+        (result,) = op.results
+        out_type = dtypes.of(result.type, op.name, op.location)
+        in_types = [dtypes.of(v.type, op.name, op.location) for v in op.operands]
+        args, in_conns, in_edges = [], {}, []
+        for k, (operand, element) in enumerate(zip(op.operands, in_types)):
+            conn = f"__in{k}"
+            binding = scope.env[operand.name]
+            if isinstance(binding, Pending) and binding.cluster is cluster:
+                node = scalars[binding.key]
+                in_conns[conn] = element.compute_dace
+                in_edges.append((node, conn, dace.Memlet(data=node.data, subset="0"), False))
+                args.append(conn)
+                continue
+            binding = b.resolve(binding)
+            if isinstance(binding, Literal):
+                args.append(f"({literal(binding.value, element)})")
+                continue
+            assert isinstance(binding, (Array, View))
+            data = binding.source.name if isinstance(binding, View) else binding.name
+            subset = ", ".join(index_expressions(binding, rank))
+            in_conns[conn] = element.storage
+            in_edges.append((b.read(data), conn, dace.Memlet(f"{data}[{subset}]"), True))
+            args.append(element.load(conn))
+        expression = out_type.fit(rule.expression(op, args, in_types, out_type))
+
+        key = (id(scope), result.name)
+        internal = key in read_inside
+        out_conns, lines, out_edges = {}, [], []
+        if internal and key in outputs:
+            lines.append(f"auto __v = {expression};")
+            expression = "__v"
+        if internal:
+            scalar = b.scalar(f"s_{result.name.lstrip('%')}", out_type.compute_dace)
+            node = state.add_access(scalar)
+            scalars[key] = node
+            out_conns["__s"] = out_type.compute_dace
+            lines.append(f"__s = {expression};")
+            out_edges.append(("__s", node, dace.Memlet(data=scalar, subset="0"), False))
+        if key in outputs:
+            array = outputs[key]
+            out_conns["__o"] = out_type.storage
+            lines.append(f"__o = {out_type.store(expression)};")
+            subset = ", ".join(map_params(rank)) if rank else "0"
+            out_edges.append(("__o", b.write(array.name),
+                              dace.Memlet(f"{array.name}[{subset}]"), True))
+        if not out_conns:
+            continue
+        tasklet = state.add_tasklet(b.fresh(op.name.rsplit(".", 1)[-1]), in_conns, out_conns,
+                                    "\n".join(lines), language=dace.Language.CPP,
+                                    debuginfo=b.debuginfo())
+        if entry is not None and not any(external for *_, external in in_edges):
+            state.add_nedge(entry, tasklet, dace.Memlet())  # keep it inside the map scope
+        for source, conn, memlet, external in in_edges:
+            if external and entry is not None:
+                state.add_memlet_path(source, entry, tasklet, dst_conn=conn, memlet=memlet)
+            else:
+                state.add_edge(source, None, tasklet, conn, memlet)
+        for conn, target, memlet, external in out_edges:
+            if external and exit_ is not None:
+                state.add_memlet_path(tasklet, exit_, target, src_conn=conn, memlet=memlet)
+            else:
+                state.add_edge(tasklet, conn, target, None, memlet)

@@ -1,0 +1,80 @@
+"""Op name -> translator. Op families register themselves with the decorators below when
+``hlo2dace.translate`` imports them; the builder looks ops up here and never names a family.
+
+Two kinds of translator exist:
+
+* an **op translator** ``fn(builder, op)`` emits SDFG nodes for the op (copies, library
+  nodes, nested control flow) and binds the op's results with ``builder.bind``;
+* an **elementwise rule** ``fn(op, args, types) -> str`` returns a C++ expression over the
+  operands' scalar expressions. The builder fuses connected elementwise ops of one shape
+  into a single map, one tasklet per op; see ``builder.ElementwiseCluster``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from .. import ir
+from ..errors import UnsupportedError
+
+
+@dataclass(frozen=True)
+class ElementwiseRule:
+    """``expression(op, args, in_types, out_type)``: ``args`` are C++ expressions of the
+    operands in their compute types; the result is a C++ expression of ``out_type``."""
+
+    expression: Callable
+    family: str
+
+
+@dataclass(frozen=True)
+class OpTranslator:
+    translate: Callable
+    family: str
+
+
+_OPS: dict[str, OpTranslator] = {}
+_ELEMENTWISE: dict[str, ElementwiseRule] = {}
+
+
+def _family_of(fn: Callable) -> str:
+    return fn.__module__.rsplit(".", 1)[-1]
+
+
+def register(*names: str):
+    """Register ``fn(builder, op)`` as the translator of the ops ``names``."""
+
+    def decorate(fn):
+        for name in names:
+            if name in _OPS or name in _ELEMENTWISE:
+                raise ValueError(f"{name} is registered twice")
+            _OPS[name] = OpTranslator(fn, _family_of(fn))
+        return fn
+
+    return decorate
+
+
+def register_elementwise(name: str, expression: Callable, family: str = "elementwise"):
+    if name in _OPS or name in _ELEMENTWISE:
+        raise ValueError(f"{name} is registered twice")
+    _ELEMENTWISE[name] = ElementwiseRule(expression, family)
+
+
+def elementwise_rule(name: str) -> Optional[ElementwiseRule]:
+    return _ELEMENTWISE.get(name)
+
+
+def translator(op: ir.Op) -> OpTranslator:
+    try:
+        return _OPS[op.name]
+    except KeyError:
+        raise UnsupportedError(op.name, "no translator for this op", op.location,
+                               ["see docs/ops.md for the list of supported ops"]) from None
+
+
+def supported_ops() -> dict[str, str]:
+    """Every registered op name and the family that translates it."""
+    table = {name: t.family for name, t in _OPS.items()}
+    table.update({name: r.family for name, r in _ELEMENTWISE.items()})
+    return dict(sorted(table.items()))

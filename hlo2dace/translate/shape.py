@@ -1,0 +1,227 @@
+"""Shape and data-movement ops. Whatever is an affine re-indexing (broadcast_in_dim,
+transpose, slice, reverse, unit-dimension reshapes) becomes a ``View`` that consumers read
+through memlets; the rest writes arrays with one map each."""
+
+from __future__ import annotations
+
+from .. import ir
+from . import dtypes
+from .builder import Axis, Builder, Literal, View, flat_index, map_params
+from .registry import register, register_elementwise
+
+
+def _view(b: Builder, operand: ir.Value, result: ir.Value, axes: list[Axis]) -> None:
+    """Bind ``result`` to ``operand`` re-indexed by ``axes`` (one per operand dimension),
+    composing with a view the operand already is."""
+    source = b.operand(operand)
+    t = result.type
+    if isinstance(source, Literal):
+        b.bind(result, Literal(source.value, t))
+        return
+    if isinstance(source, View):
+        composed = []
+        for inner in source.axes:
+            if inner.dim is None:
+                composed.append(inner)
+                continue
+            outer = axes[inner.dim]
+            offset = inner.offset + inner.stride * outer.offset
+            if outer.dim is None:
+                composed.append(Axis(None, 0, offset))
+            else:
+                composed.append(Axis(outer.dim, inner.stride * outer.stride, offset))
+        b.bind(result, View(source.source, tuple(composed), t))
+        return
+    if source.type.rank == 0:  # a 0-d array broadcast or reshaped: always element 0
+        axes = [Axis(None, 0, 0)]
+    b.bind(result, View(source, tuple(axes), t))
+
+
+@register("stablehlo.constant")
+def constant(b: Builder, op: ir.Op) -> None:
+    dense = op.attr("value")
+    t = op.result.type
+    if not isinstance(dense, ir.DenseElements):
+        raise b.unsupported(f"constant value {dense!r}")
+    dtypes.of(t, op.name, op.location)
+    if t.size == 0:
+        b.bind(op.result, b.result_array(op.result))
+    elif dense.is_splat:
+        b.bind(op.result, Literal(dense.array.reshape(-1)[0], t))
+    else:
+        b.bind(op.result, b.add_constant_array(dense.array, t))
+
+
+def _iota(op, args, ins, out):
+    return f"h2d::convert<{out.compute}>((int64_t)__i{int(op.attr('iota_dimension'))})"
+
+
+register_elementwise("stablehlo.iota", _iota, family="shape")
+
+
+@register("stablehlo.broadcast_in_dim")
+def broadcast_in_dim(b: Builder, op: ir.Op) -> None:
+    (operand,) = op.operands
+    t = op.result.type
+    dims = op.attr("broadcast_dimensions")
+    axes = []
+    for d, r in enumerate(dims):
+        if operand.type.shape[d] == 1 and t.shape[r] != 1:
+            axes.append(Axis(None, 0, 0))
+        else:
+            axes.append(Axis(r))
+    _view(b, operand, op.result, axes)
+
+
+@register("stablehlo.transpose")
+def transpose(b: Builder, op: ir.Op) -> None:
+    permutation = op.attr("permutation")
+    axes = [Axis(permutation.index(d)) for d in range(len(permutation))]
+    _view(b, op.operands[0], op.result, axes)
+
+
+@register("stablehlo.slice")
+def slice_(b: Builder, op: ir.Op) -> None:
+    starts, strides = op.attr("start_indices"), op.attr("strides")
+    axes = [Axis(d, stride, start) for d, (start, stride) in enumerate(zip(starts, strides))]
+    _view(b, op.operands[0], op.result, axes)
+
+
+@register("stablehlo.reverse")
+def reverse(b: Builder, op: ir.Op) -> None:
+    shape = op.result.type.shape
+    reversed_dims = set(op.attr("dimensions"))
+    axes = [Axis(d, -1, shape[d] - 1) if d in reversed_dims else Axis(d)
+            for d in range(len(shape))]
+    _view(b, op.operands[0], op.result, axes)
+
+
+@register("stablehlo.reshape")
+def reshape(b: Builder, op: ir.Op) -> None:
+    (operand,) = op.operands
+    source_shape = [n for n in operand.type.shape]
+    result_shape = list(op.result.type.shape)
+    if [n for n in source_shape if n != 1] == [n for n in result_shape if n != 1]:
+        # only unit dimensions come or go: a view that pairs the non-unit dimensions
+        result_dims = iter(r for r, n in enumerate(result_shape) if n != 1)
+        axes = [Axis(None, 0, 0) if n == 1 else Axis(next(result_dims)) for n in source_shape]
+        _view(b, operand, op.result, axes)
+        return
+    source = b.operand(operand)
+    if isinstance(source, Literal):
+        b.bind(op.result, Literal(source.value, op.result.type))
+        return
+    source = b.array(operand)
+    target = b.result_array(op.result)
+    flat = flat_index(result_shape, map_params(len(result_shape)))
+    b.indexed_map("reshape", target, {"__src": source}, {}, f"__out = __src[{flat}];")
+    b.bind(op.result, target)
+
+
+@register("stablehlo.concatenate")
+def concatenate(b: Builder, op: ir.Op) -> None:
+    dimension = int(op.attr("dimension"))
+    target = b.result_array(op.result)
+    offset = 0
+    for operand in op.operands:
+        offsets = [0] * op.result.type.rank
+        offsets[dimension] = offset
+        b.copy_into(b.operand(operand), target, offsets)
+        offset += operand.type.shape[dimension]
+    b.bind(op.result, target)
+
+
+def _scalar_input(b: Builder, value: ir.Value):
+    """A 0-d operand as an array or literal for ``indexed_map``."""
+    binding = b.operand(value)
+    return binding if isinstance(binding, Literal) else b.array(value)
+
+
+@register("stablehlo.pad")
+def pad(b: Builder, op: ir.Op) -> None:
+    operand, padding_value = op.operands
+    low, interior = op.attr("edge_padding_low"), op.attr("interior_padding")
+    target = b.result_array(op.result)
+    source = b.array(operand) if operand.type.size else None
+    conditions, indices = [], []
+    for d, (lo, gap, n) in enumerate(zip(low, interior, operand.type.shape)):
+        shifted = f"((int64_t)__i{d} - {lo})"
+        conditions.append(f"{shifted} >= 0 && {shifted} % {gap + 1} == 0 "
+                          f"&& {shifted} / {gap + 1} < {n}")
+        indices.append(f"{shifted} / {gap + 1}")
+    if source is None:
+        code = "__out = __pad;"
+        arrays = {}
+    else:
+        inside = " && ".join(f"({c})" for c in conditions) or "true"
+        flat = flat_index(operand.type.shape, indices)
+        code = f"__out = ({inside}) ? __src[{flat}] : __pad;"
+        arrays = {"__src": source}
+    b.indexed_map("pad", target, arrays, {"__pad": _scalar_input(b, padding_value)}, code)
+    b.bind(op.result, target)
+
+
+def _clamped_starts(values: list[ir.Value], starts: list[str], sizes, shape) -> list[str]:
+    """C++ for the start indices clamped into ``[0, n - k]`` as the spec says (unsigned
+    indices compared as unsigned: a ui64 index above INT64_MAX is too large, not negative)."""
+    out = []
+    for value, s, k, n in zip(values, starts, sizes, shape):
+        if ir.is_unsigned(value.type.element):
+            out.append(f"(int64_t)std::min<uint64_t>((uint64_t){s}, {n - k}ull)")
+        else:
+            out.append(f"std::min<int64_t>(std::max<int64_t>((int64_t){s}, 0), {n - k})")
+    return out
+
+
+@register("stablehlo.dynamic_slice")
+def dynamic_slice(b: Builder, op: ir.Op) -> None:
+    operand, *start_values = op.operands
+    sizes = op.attr("slice_sizes")
+    target = b.result_array(op.result)
+    scalars = {f"__s{d}": _scalar_input(b, v) for d, v in enumerate(start_values)}
+    starts = _clamped_starts(start_values, list(scalars), sizes, operand.type.shape)
+    lines = [f"const int64_t __start{d} = {s};" for d, s in enumerate(starts)]
+    indices = [f"__start{d} + __i{d}" for d in range(len(sizes))]
+    lines.append(f"__out = __src[{flat_index(operand.type.shape, indices)}];")
+    b.indexed_map("dynamic_slice", target, {"__src": b.array(operand)}, scalars,
+                  "\n".join(lines))
+    b.bind(op.result, target)
+
+
+@register("stablehlo.dynamic_update_slice")
+def dynamic_update_slice(b: Builder, op: ir.Op) -> None:
+    operand, update, *start_values = op.operands
+    shape, sizes = operand.type.shape, update.type.shape
+    target = b.result_array(op.result)
+    scalars = {f"__s{d}": _scalar_input(b, v) for d, v in enumerate(start_values)}
+    starts = _clamped_starts(start_values, list(scalars), sizes, shape)
+    lines = [f"const int64_t __start{d} = {s};" for d, s in enumerate(starts)]
+    inside = " && ".join(f"(int64_t)__i{d} >= __start{d} && (int64_t)__i{d} < __start{d} + {k}"
+                         for d, k in enumerate(sizes)) or "true"
+    inner = flat_index(sizes, [f"(int64_t)__i{d} - __start{d}" for d in range(len(sizes))])
+    outer = flat_index(shape, map_params(len(shape)))
+    arrays = {"__src": b.array(operand)}
+    if update.type.size:
+        arrays["__upd"] = b.array(update)
+        lines.append(f"__out = ({inside}) ? __upd[{inner}] : __src[{outer}];")
+    else:
+        lines.append(f"__out = __src[{outer}];")
+    b.indexed_map("dynamic_update_slice", target, arrays, scalars, "\n".join(lines))
+    b.bind(op.result, target)
+
+
+@register("stablehlo.optimization_barrier")
+def optimization_barrier(b: Builder, op: ir.Op) -> None:
+    for operand, result in zip(op.operands, op.results):
+        b.bind(result, b.binding(operand))
+
+
+@register("stablehlo.tuple")
+def tuple_(b: Builder, op: ir.Op) -> None:
+    b.bind(op.result, tuple(b.binding(v) for v in op.operands))
+
+
+@register("stablehlo.get_tuple_element")
+def get_tuple_element(b: Builder, op: ir.Op) -> None:
+    b.bind(op.result, b.binding(op.operands[0])[int(op.attr("index"))])
+

@@ -1,0 +1,14 @@
+"""Test set-up: a cache folder of compiled programs shared by the test workers (inside
+.pytest_cache, so repeated local runs reuse binaries and CI starts empty), and x64 mode
+so that every dtype JAX supports can be tested."""
+
+import os
+from pathlib import Path
+
+os.environ.setdefault("HLO2DACE_CACHE_DIR",
+                      str(Path(__file__).resolve().parents[1] / ".pytest_cache" / "hlo2dace"))
+
+import jax  # noqa: E402
+
+jax.config.update("jax_enable_x64", True)
+jax.config.update("jax_platforms", "cpu")

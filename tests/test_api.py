@@ -1,0 +1,224 @@
+"""The public API: jit, compile_text, the Lowered/Compiled stages, compare, errors."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import hlo2dace
+from hlo2dace import ArgumentError, ParseError, UnsupportedError
+
+from util import assert_matches_jax
+
+
+def seed(x, w, b):
+    return jnp.tanh(jnp.dot(x, w) + b)
+
+
+@pytest.fixture(scope="module")
+def seed_args():
+    rng = np.random.default_rng(1)
+    return (rng.standard_normal((64, 32), dtype=np.float32),
+            rng.standard_normal((32, 16), dtype=np.float32),
+            rng.standard_normal(16, dtype=np.float32))
+
+
+def test_seed_example_matches_xla(seed_args):
+    assert_matches_jax(seed, *seed_args, ulp=8, rtol=1e-5, atol=1e-5)
+
+
+def test_pytrees_in_and_out():
+    def f(params, x, *, scale):
+        h = params["w"] * x + params["b"]
+        return {"h": h, "stats": (h[0], scale * x)}
+
+    params = {"w": np.arange(4.0), "b": np.ones(4)}
+    x = np.linspace(-1, 1, 4)
+    out = assert_matches_jax(f, params, x, scale=2.0)
+    assert set(out) == {"h", "stats"} and isinstance(out["stats"], tuple)
+
+
+def test_scalars_keep_shape_and_python_scalars_are_accepted():
+    f = hlo2dace.jit(lambda x, y: x * y + 1)
+    out = f(np.float32(3.0), 2.0)
+    assert out.shape == () and out.dtype == np.float32 and float(out) == 7.0
+    out = f(3, 4)
+    assert out.shape == () and int(out) == 13
+
+
+def test_static_arguments_and_signature_cache():
+    calls = []
+
+    def f(x, n, *, mode):
+        calls.append((n, mode))
+        return x * n if mode == "mul" else x + n
+
+    g = hlo2dace.jit(f, static_argnums=(1,), static_argnames=("mode",))
+    x = np.arange(3.0)
+    np.testing.assert_array_equal(g(x, 3, mode="mul"), x * 3)
+    np.testing.assert_array_equal(g(x, 3, mode="add"), x + 3)
+    np.testing.assert_array_equal(g(x + 1, 3, mode="mul"), (x + 1) * 3)
+    assert len(calls) == 2, "a call with a known signature must not trace again"
+    g(x.astype(np.float32), 3, mode="mul")
+    assert len(calls) == 3, "a new dtype is a new signature"
+
+
+def test_x64_mode_is_respected():
+    f = hlo2dace.jit(lambda x: x * 2)
+    x = np.arange(3, dtype=np.float64)
+    assert f(x).dtype == np.float64
+    with jax.enable_x64(False):
+        y = f(np.arange(3, dtype=np.float32))
+        assert y.dtype == np.float32
+        assert f(1.5).dtype == np.float32
+
+
+def test_results_are_jax_arrays():
+    out = hlo2dace.jit(lambda x: (x + 1, x * 2))(np.ones(3))
+    assert all(isinstance(o, jax.Array) for o in out)
+
+
+def test_lowered_stages(seed_args):
+    lowered = hlo2dace.jit(seed).lower(*seed_args)
+    text = lowered.as_text()
+    assert '"stablehlo.dot_general"' in text and '"stablehlo.tanh"' in text
+    import dace
+
+    sdfg = lowered.as_sdfg()
+    assert isinstance(sdfg, dace.SDFG)
+    compiled = lowered.compile()
+    assert isinstance(compiled, hlo2dace.Compiled)
+    result = compiled(*seed_args)
+    assert isinstance(result, np.ndarray) and result.shape == (64, 16)
+
+
+def test_compile_text_from_every_source():
+    from jax import export
+    from jaxlib.mlir.dialects import stablehlo
+
+    def f(x, y):
+        return jnp.sin(x) * y, x - y
+
+    x, y = np.linspace(0, 1, 5, dtype=np.float32), np.full(5, 2.0, np.float32)
+    lowered = jax.jit(f).lower(x, y)
+    exported = export.export(jax.jit(f))(x, y)
+    artifact = stablehlo.serialize_portable_artifact_str(lowered.as_text(),
+                                                         stablehlo.get_current_version())
+    sources = {"lowered": lowered, "pretty": lowered.as_text(),
+               "generic": hlo2dace.jit(f).lower(x, y).as_text(),
+               "bytecode": exported.mlir_module_serialized, "artifact": artifact,
+               "exported": exported, "serialized": exported.serialize()}
+    expected = jax.jit(f)(x, y)
+    for name, source in sources.items():
+        out = hlo2dace.compile_text(source)(x, y)
+        assert isinstance(out, tuple) and len(out) == 2, name
+        for e, a in zip(expected, out):
+            np.testing.assert_allclose(a, e, rtol=1e-6, err_msg=name)
+
+
+def test_single_result_is_an_array_not_a_tuple():
+    text = jax.jit(lambda x: x + 1).lower(np.ones(2)).as_text()
+    assert isinstance(hlo2dace.compile_text(text)(np.ones(2)), np.ndarray)
+
+
+def test_argument_errors():
+    compiled = hlo2dace.jit(lambda x, y: x + y).lower(np.ones((2, 3)), np.ones((2, 3))).compile()
+    with pytest.raises(ArgumentError, match="expected 2 arguments, got 1"):
+        compiled(np.ones((2, 3)))
+    with pytest.raises(ArgumentError, match=r"argument 1: expected shape \(2, 3\)"):
+        compiled(np.ones((2, 3)), np.ones((3, 2)))
+    with pytest.raises(ArgumentError, match="argument 0: expected dtype float64, got int32"):
+        compiled(np.ones((2, 3), np.int32), np.ones((2, 3)))
+    assert isinstance(ArgumentError("x"), hlo2dace.Hlo2DaceError)
+
+
+def test_non_contiguous_arguments_are_copied():
+    f = hlo2dace.jit(lambda x: x * 2)
+    base = np.arange(24.0).reshape(4, 6)
+    view = base[:, ::2].T
+    np.testing.assert_array_equal(f(view), view * 2)
+
+
+def test_parse_error_has_line_and_column():
+    text = "module {\n  func.func @main(%a: tensor<2xf32>) -> tensor<2xf32> {\n" \
+           "    %0 = stablehlo.add %a, %missing : tensor<2xf32>\n" \
+           "    return %0 : tensor<2xf32>\n  }\n}\n"
+    with pytest.raises(ParseError) as info:
+        hlo2dace.compile_text(text)
+    assert info.value.line == 3 and info.value.column is not None
+    with pytest.raises(ParseError):
+        hlo2dace.compile_text(b"\x00\x01 not a module")
+    with pytest.raises(ParseError):
+        hlo2dace.compile_text(12345)
+
+
+UNSUPPORTED = textwrap.dedent("""\
+    func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {
+      %0 = stablehlo.custom_call @my_kernel(%a) : (tensor<4xf32>) -> tensor<4xf32> loc(#loc1)
+      return %0 : tensor<4xf32>
+    }
+    #loc1 = loc("model.py":42:7)
+    """)
+
+
+def test_unsupported_op_names_op_location_and_leaves_no_cache_entry(monkeypatch, tmp_path):
+    monkeypatch.setenv("HLO2DACE_CACHE_DIR", str(tmp_path))
+    with pytest.raises(UnsupportedError) as info:
+        hlo2dace.compile_text(UNSUPPORTED)
+    message = str(info.value)
+    assert "stablehlo.custom_call" in message and "model.py:42" in message
+    assert [p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")] == []
+
+
+def test_failed_build_leaves_no_half_written_entry(monkeypatch, tmp_path):
+    import dace
+
+    monkeypatch.setenv("HLO2DACE_CACHE_DIR", str(tmp_path))
+
+    def broken(self, *args, **kwargs):
+        raise RuntimeError("simulated compiler crash")
+
+    monkeypatch.setattr(dace.SDFG, "compile", broken)
+    with pytest.raises(hlo2dace.CompilationError, match="simulated compiler crash"):
+        hlo2dace.jit(lambda x: x - 1.5)(np.ones(7))
+    assert [p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")] == []
+
+
+def test_disk_cache_serves_a_new_process(tmp_path):
+    script = textwrap.dedent("""
+        import json, sys, time
+        import numpy as np, jax.numpy as jnp, hlo2dace
+        f = lambda x, y: jnp.cos(x) * y + 3.0
+        x = np.linspace(0, 1, 10); y = np.arange(10.0)
+        start = time.perf_counter()
+        compiled = hlo2dace.jit(f).lower(x, y).compile()
+        seconds = time.perf_counter() - start
+        out = compiled(x, y)
+        print(json.dumps({"built": compiled.program.built, "seconds": seconds,
+                          "ok": bool(np.allclose(out, np.cos(x) * y + 3.0))}))
+    """)
+    env = dict(os.environ, HLO2DACE_CACHE_DIR=str(tmp_path), JAX_ENABLE_X64="1")
+    runs = [json.loads(subprocess.run([sys.executable, "-c", script], env=env, check=True,
+                                      capture_output=True, text=True).stdout.splitlines()[-1])
+            for _ in range(2)]
+    assert runs[0]["built"] and not runs[1]["built"]
+    assert runs[0]["ok"] and runs[1]["ok"]
+    assert runs[1]["seconds"] < runs[0]["seconds"]
+
+
+def test_compare_report():
+    report = hlo2dace.compare(lambda x: (jnp.exp(x), x.astype(jnp.int32)), np.linspace(-3, 3, 50),
+                              timing_budget=0.05)
+    assert len(report.outputs) == 2
+    first, second = report.outputs
+    assert first.shape_ok and first.dtype_ok and first.max_ulp is not None
+    assert first.max_rel_error < 1e-12 and second.max_abs_error == 0
+    assert report.xla_seconds > 0 and report.dace_seconds > 0
+    text = str(report)
+    assert "max ULP" in text and "median call" in text and report.ok()

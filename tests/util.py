@@ -1,0 +1,113 @@
+"""Differential testing against jax.jit: the shared assertions of every test module."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import jax
+import ml_dtypes
+import numpy as np
+
+import hlo2dace
+from hlo2dace.compare import ulp_distance
+
+FLOAT_DTYPES = (np.float16, ml_dtypes.bfloat16, np.float32, np.float64)
+SIGNED_DTYPES = (np.int8, np.int16, np.int32, np.int64)
+UNSIGNED_DTYPES = (np.uint8, np.uint16, np.uint32, np.uint64)
+INTEGER_DTYPES = SIGNED_DTYPES + UNSIGNED_DTYPES
+COMPLEX_DTYPES = (np.complex64, np.complex128)
+ALL_DTYPES = (np.bool_,) + INTEGER_DTYPES + FLOAT_DTYPES + COMPLEX_DTYPES
+
+
+def dtype_id(dtype) -> str:
+    return np.dtype(dtype).name
+
+
+def special_values(dtype, rng: Optional[np.random.Generator] = None, random: int = 8):
+    """Edge cases of ``dtype`` (NaN, +-inf, -0.0, extremes, denormals / INT_MIN, -1, max),
+    followed by ``random`` random values."""
+    dtype = np.dtype(dtype)
+    rng = rng or np.random.default_rng(0)
+    if dtype.kind == "b":
+        return np.array([False, True] + list(rng.random(random) < 0.5), dtype)
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        values = [0, 1, 2, 3, 7, info.max, info.max - 1, info.min, info.min + 1]
+        if dtype.kind == "i":
+            values += [-1, -2, -3, -7]
+        values += list(rng.integers(info.min, info.max, random, dtype=dtype, endpoint=True))
+        return np.array(values, dtype)
+    if dtype.kind == "c":
+        part = np.dtype(np.float32 if dtype == np.complex64 else np.float64)
+        real = special_values(part, rng, random)
+        imag = np.roll(real, 3)
+        return (real + 1j * imag).astype(dtype)
+    finfo = ml_dtypes.finfo(dtype)
+    values = [0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 1.5, 2.5, -2.5, 3.0, np.inf, -np.inf, np.nan,
+              -np.nan, float(finfo.max), float(-finfo.max), float(finfo.tiny),
+              float(finfo.smallest_subnormal), 1e-3, 100.0]
+    values += list(rng.standard_normal(random) * 10)
+    return np.array(values, dtype=np.float64).astype(dtype)
+
+
+def pairs(a: np.ndarray, b: np.ndarray):
+    """Every combination of the elements of ``a`` and ``b``, as two flat arrays."""
+    return np.repeat(a, b.size), np.tile(b, a.size)
+
+
+def _float_like(array: np.ndarray) -> bool:
+    return array.dtype.kind in "fc" or array.dtype in (np.dtype(ml_dtypes.bfloat16),)
+
+
+def assert_arrays_match(expected: Any, actual: Any, *, ulp: float = 0, rtol: float = 0.0,
+                        atol: float = 0.0, signed_zeros: bool = True, where: str = "") -> None:
+    """``actual`` equals ``expected`` up to ``ulp`` units in the last place (or ``rtol``
+    and ``atol``); NaNs at the same places; infinities and (optionally) zero signs equal."""
+    expected, actual = np.asarray(expected), np.asarray(actual)
+    assert actual.shape == expected.shape, f"{where}: shape {actual.shape} != {expected.shape}"
+    assert actual.dtype == expected.dtype, f"{where}: dtype {actual.dtype} != {expected.dtype}"
+    if not _float_like(expected):
+        bad = np.argwhere(np.atleast_1d(actual != expected))
+        assert bad.size == 0, (f"{where}: {len(bad)} elements differ, first at {bad[0]}: "
+                               f"{np.atleast_1d(actual)[tuple(bad[0])]!r} != "
+                               f"{np.atleast_1d(expected)[tuple(bad[0])]!r}")
+        return
+    parts = ([(expected.real, actual.real), (expected.imag, actual.imag)]
+             if expected.dtype.kind == "c" else [(expected, actual)])
+    for e, a in parts:
+        e64, a64 = e.astype(np.float64), a.astype(np.float64)
+        nan_e, nan_a = np.isnan(e64), np.isnan(a64)
+        ok = nan_e == nan_a
+        finite = ~nan_e & ~nan_a
+        close = ulp_distance(e, a) <= ulp
+        if rtol or atol:
+            close |= np.abs(e64 - a64) <= atol + rtol * np.abs(e64)
+        inf = np.isinf(e64) | np.isinf(a64)
+        close = np.where(inf, e64 == a64, close)
+        if signed_zeros:
+            zero = (e64 == 0) & (a64 == 0)
+            close = np.where(zero, np.signbit(e64) == np.signbit(a64), close)
+        ok &= ~finite | close
+        bad = np.argwhere(np.atleast_1d(~ok))
+        assert bad.size == 0, (
+            f"{where}: {len(bad)} of {e.size} elements differ, first at {bad[0]}: got "
+            f"{np.atleast_1d(a)[tuple(bad[0])]!r}, XLA gives {np.atleast_1d(e)[tuple(bad[0])]!r}")
+
+
+def assert_matches_jax(fun: Callable, *args, ulp: float = 0, rtol: float = 0.0,
+                       atol: float = 0.0, tolerances: Optional[dict] = None,
+                       signed_zeros: bool = True, **kwargs) -> Any:
+    """Run ``fun`` with ``jax.jit`` and ``hlo2dace.jit`` and compare every output leaf.
+    ``tolerances`` maps a leaf's path (as jax.tree_util.keystr prints it) to an ``ulp``."""
+    expected = jax.jit(fun)(*args, **kwargs)
+    actual = hlo2dace.jit(fun)(*args, **kwargs)
+    expected_leaves = jax.tree_util.tree_leaves_with_path(expected)
+    actual_leaves = jax.tree_util.tree_leaves(actual)
+    assert jax.tree_util.tree_structure(expected) == jax.tree_util.tree_structure(actual)
+    for (path, e), a in zip(expected_leaves, actual_leaves):
+        where = jax.tree_util.keystr(path)
+        leaf_ulp = (tolerances or {}).get(where, ulp)
+        assert isinstance(a, jax.Array), f"{where}: result is {type(a)}, not a jax.Array"
+        assert_arrays_match(e, a, ulp=leaf_ulp, rtol=rtol, atol=atol,
+                            signed_zeros=signed_zeros, where=where)
+    return actual
