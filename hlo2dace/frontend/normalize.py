@@ -131,3 +131,11 @@ def normalize(source: Any) -> NormalizedModule:
         text = module.operation.get_asm(print_generic_op_form=True, enable_debug_info=True)
         bare = module.operation.get_asm(print_generic_op_form=True, enable_debug_info=False)
     return NormalizedModule(text, hashlib.sha256(bare.encode()).hexdigest())
+
+
+def stablehlo_op_names() -> list[str]:
+    """Every op of the StableHLO dialect in jaxlib's bindings (for the coverage table)."""
+    from jaxlib.mlir.dialects import stablehlo
+
+    names = {getattr(getattr(stablehlo, attr), "OPERATION_NAME", None) for attr in dir(stablehlo)}
+    return sorted(name for name in names if isinstance(name, str))

@@ -41,7 +41,7 @@ import re
 import threading
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Optional
+from typing import Any
 
 import ml_dtypes
 import numpy as np
@@ -131,12 +131,12 @@ _TERMINAL_NAMES = {
 class _Error(Exception):
     """A semantic error found while building the IR, at a position of the text."""
 
-    def __init__(self, message: str, line: Optional[int] = None, column: Optional[int] = None):
+    def __init__(self, message: str, line: int | None = None, column: int | None = None):
         super().__init__(message)
         self.message, self.line, self.column = message, line, column
 
     @classmethod
-    def at(cls, token: Any, message: str) -> "_Error":
+    def at(cls, token: Any, message: str) -> _Error:
         return cls(message, getattr(token, "line", None), getattr(token, "column", None))
 
 
@@ -154,7 +154,7 @@ def _unescape(token: str) -> str:
     if "\\" not in body:
         return body
 
-    def one(m: "re.Match[bytes]") -> bytes:
+    def one(m: re.Match[bytes]) -> bytes:
         e = m.group(1)
         if len(e) == 2:
             return bytes((int(e, 16),))
@@ -374,7 +374,7 @@ class _Builder(Transformer):
 
     def __init__(self) -> None:
         super().__init__(visit_tokens=False)
-        self.lark: Optional[Lark] = None
+        self.lark: Lark | None = None
         self.reset()
 
     def reset(self) -> None:
@@ -382,7 +382,7 @@ class _Builder(Transformer):
         self.attr_aliases: dict[str, Any] = {}
         self.type_aliases: dict[str, ir.Type] = {}
         self.loc_aliases: dict[str, tuple[_RawLoc, Token]] = {}
-        self.loc_memo: dict[str, Optional[ir.Location]] = {}
+        self.loc_memo: dict[str, ir.Location | None] = {}
         self.loc_active: set[str] = set()
         self.resources: dict[str, tuple[str, Token]] = {}
         self.type_cache: dict[str, ir.Type] = {}
@@ -899,7 +899,7 @@ class _Builder(Transformer):
     def loc_range(self, c):
         return None
 
-    def _resolve(self, raw: _RawLoc) -> Optional[ir.Location]:
+    def _resolve(self, raw: _RawLoc) -> ir.Location | None:
         kind = raw[0]
         if kind == "alias":
             return self._resolve_alias(raw[1], raw[2])
@@ -930,7 +930,7 @@ class _Builder(Transformer):
             return ir.Location(where.file, where.line, where.column, name)
         return None  # unknown
 
-    def _resolve_alias(self, name: str, token: Token) -> Optional[ir.Location]:
+    def _resolve_alias(self, name: str, token: Token) -> ir.Location | None:
         memo = self.loc_memo
         if name in memo:
             return memo[name]
@@ -951,7 +951,7 @@ class _Builder(Transformer):
 
 _build_lock = threading.Lock()
 _parse_lock = threading.Lock()
-_parser: Optional[tuple[Lark, _Builder]] = None
+_parser: tuple[Lark, _Builder] | None = None
 
 
 def _get_parser() -> tuple[Lark, _Builder]:
@@ -1004,7 +1004,7 @@ def _describe(error: UnexpectedInput, lark: Lark) -> str:
     return f"{what}; expected {'one of: ' if len(names) > 1 else ''}{', '.join(names)}"
 
 
-def _context(text: str, line: Optional[int], column: Optional[int]) -> str:
+def _context(text: str, line: int | None, column: int | None) -> str:
     """The offending line with a caret under the column (long lines are cut around it)."""
     if line is None or line < 1:
         return ""
@@ -1020,7 +1020,7 @@ def _context(text: str, line: Optional[int], column: Optional[int]) -> str:
     return f"{source}\n{' ' * (col - 1 - start)}^"
 
 
-def _error(text: str, message: str, line: Optional[int], column: Optional[int]) -> ParseError:
+def _error(text: str, message: str, line: int | None, column: int | None) -> ParseError:
     return ParseError(message, line, column, _context(text, line, column))
 
 
@@ -1095,7 +1095,7 @@ def parse_module(text: str) -> ir.Module:
 
 
 def _build_module(ops: list, positions: dict, text: str) -> ir.Module:
-    def fail(op: Optional[ir.Op], message: str) -> ParseError:
+    def fail(op: ir.Op | None, message: str) -> ParseError:
         line, column = positions.get(id(op), (None, None))
         return _error(text, message, line, column)
 

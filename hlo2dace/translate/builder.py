@@ -145,16 +145,34 @@ class Scope:
     """The bindings of one function body (or nested region) being translated."""
 
     env: ChainMap
+    ops: Sequence[ir.Op]  #: the live ops of the block, terminator last
     uses: dict[str, list[ir.Op]]
     #: values that must end in a specific array (function results)
     destinations: dict[str, str] = field(default_factory=dict)
 
+    @classmethod
+    def of(cls, env: ChainMap, block: ir.Block, destinations=None) -> "Scope":
+        ops = live_ops(block)
+        return cls(env, ops, collect_uses(ops), dict(destinations or {}))
 
-def collect_uses(block: ir.Block) -> dict[str, list[ir.Op]]:
-    """Value name -> the ops of ``block`` that use it, ops nested in regions counted as
+
+def live_ops(block: ir.Block) -> list[ir.Op]:
+    """The ops of ``block`` whose results are needed (or that have no results, i.e. are
+    kept for their effects), in order; the terminator is always live."""
+    needed: set[str] = set()
+    live = []
+    for op in reversed(block.ops):
+        if op is block.terminator or not op.results or any(r.name in needed for r in op.results):
+            live.append(op)
+            needed.update(v.name for inner in op.walk() for v in inner.operands)
+    return live[::-1]
+
+
+def collect_uses(ops: Sequence[ir.Op]) -> dict[str, list[ir.Op]]:
+    """Value name -> the ops among ``ops`` that use it, ops nested in regions counted as
     uses by the top-level op that holds them."""
     uses: dict[str, list[ir.Op]] = defaultdict(list)
-    for op in block.ops:
+    for op in ops:
         seen = set()
         for inner in op.walk():
             for operand in inner.operands:
@@ -346,6 +364,10 @@ class Builder:
         inputs, prelude = {}, []
         for conn, array in arrays.items():
             full = ", ".join(f"0:{n}" for n in dace_shape(array.type))
+            if array.type.size == 1:  # DaCe passes a one-element subset by value
+                inputs[f"{conn}_value"] = dace.Memlet(f"{array.name}[{full}]")
+                prelude.append(f"const auto* {conn} = &{conn}_value;")
+                continue
             inputs[conn] = dace.Memlet(f"{array.name}[{full}]")
         for conn, scalar in scalars.items():
             if isinstance(scalar, Literal):
@@ -413,9 +435,7 @@ class Builder:
         its terminator returns (terminator ``func.return`` / ``stablehlo.return``)."""
         outer, self.scope = self.scope, scope
         try:
-            for op in block.ops[:-1]:
-                if op.results and not any(scope.uses.get(r.name) for r in op.results):
-                    continue  # dead: no effects, no users
+            for op in scope.ops[:-1]:
                 self.translate_op(op)
             terminator = block.terminator
             self.current_op = terminator
@@ -447,7 +467,7 @@ class Builder:
         arguments are emitted first: a cluster's register scalars do not cross scopes."""
         arguments = [self.resolve(binding) for binding in arguments]
         env = ChainMap({a.name: b for a, b in zip(function.arguments, arguments)})
-        scope = Scope(env, collect_uses(function.body.entry))
+        scope = Scope.of(env, function.body.entry)
         saved_op = self.current_op
         results = self.translate_block(function.body.entry, scope)
         self.current_op = saved_op
@@ -477,7 +497,7 @@ class Builder:
             if value.name in produced and value.name not in destinations:
                 destinations[value.name] = target.name
         env = ChainMap({a.name: b for a, b in zip(main.arguments, arguments)})
-        scope = Scope(env, collect_uses(block), destinations)
+        scope = Scope.of(env, block, destinations)
         returned = self.translate_block(block, scope)
         self.scope = scope
         self.current_op = block.terminator

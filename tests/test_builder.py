@@ -1,0 +1,87 @@
+"""How the builder emits code: fused elementwise maps, literals, broadcasting memlets,
+persistent transients, shared map parameters. These properties decide speed, so they are
+checked on the SDFG itself (no timing in unit tests)."""
+
+import dace
+import jax.numpy as jnp
+import numpy as np
+from util import assert_matches_jax
+
+import hlo2dace
+
+
+def _maps(sdfg):
+    return [n for n, _ in sdfg.all_nodes_recursive() if isinstance(n, dace.nodes.MapEntry)]
+
+
+def _arrays(sdfg, transient):
+    return {name: desc for name, desc in sdfg.arrays.items()
+            if desc.transient == transient and isinstance(desc, dace.data.Array)}
+
+
+def equation_like(t, s, p):
+    """A pyhpc-style chain: polynomial terms, scalar constants, a broadcast profile."""
+    z = p[None, :] * 1e-4
+    a = 999.843 + t * (6.79e-2 + t * (-9.09e-3 + t * 1.0e-4)) + s * (0.824 - 4.1e-3 * t)
+    b = jnp.sqrt(jnp.abs(s)) * (-5.7e-3 + 1.0e-4 * t) + 4.8e-4 * s
+    rho = a + b * jnp.exp(-z) - jnp.log1p(jnp.abs(t))
+    return rho, jnp.tanh(rho) * 2.0
+
+
+def test_elementwise_chain_is_one_map_with_literals_and_broadcast_memlets():
+    t = np.linspace(0, 30, 24).reshape(4, 6)
+    s = np.linspace(30, 40, 24).reshape(4, 6)
+    p = np.linspace(0, 5000, 6)
+    sdfg = hlo2dace.jit(equation_like).lower(t, s, p).as_sdfg()
+    maps = _maps(sdfg)
+    # the profile is scaled once over its own 1x6 shape, then read through a broadcast
+    assert sorted(str(m.map.range) for m in maps) == ["0, 0:6", "0:4, 0:6"], maps
+    assert all(list(m.map.params) == ["__i0", "__i1"] for m in maps)
+    transients = _arrays(sdfg, transient=True)
+    assert [tuple(d.shape) for d in transients.values()] == [(1, 6)], "no full-size temporaries"
+    assert not [n for n in sdfg.arrays if n.startswith("__const")], "constants are literals"
+    tasklets = [n for n, _ in sdfg.all_nodes_recursive() if isinstance(n, dace.nodes.Tasklet)]
+    assert len(tasklets) > 20  # one tasklet per op
+    assert_matches_jax(equation_like, t, s, p, ulp=4)
+
+
+def test_values_used_outside_a_cluster_become_persistent_arrays():
+    def f(x, w):
+        h = jnp.sin(x) * 2.0 + 1.0
+        return jnp.tanh(h @ w)
+
+    x, w = np.ones((8, 8), np.float32), np.eye(8, dtype=np.float32)
+    sdfg = hlo2dace.jit(f).lower(x, w).as_sdfg()
+    transients = _arrays(sdfg, transient=True)
+    assert len(transients) == 2, transients  # h (the product reads it) and the product
+    assert all(t.lifetime == dace.AllocationLifetime.Persistent for t in transients.values())
+    assert len(_maps(sdfg)) == 2  # before and after the product
+    assert_matches_jax(f, x, w, ulp=4)
+
+
+def test_dead_ops_are_not_emitted():
+    def f(x):
+        unused = jnp.exp(x) * 3.0  # noqa: F841
+        return x + 1.0
+
+    sdfg = hlo2dace.jit(f).lower(np.ones(4)).as_sdfg()
+    code = [n.code.as_string for n, _ in sdfg.all_nodes_recursive()
+            if isinstance(n, dace.nodes.Tasklet)]
+    assert not any("exp" in c for c in code)
+
+
+def test_views_compose_without_copies():
+    def f(x):
+        y = jnp.transpose(x[::-1, 1:5], (1, 0))
+        return y * 2.0 + jnp.broadcast_to(x[0, :4][:, None], (4, 6))
+
+    x = np.arange(36.0).reshape(6, 6)
+    sdfg = hlo2dace.jit(f).lower(x).as_sdfg()
+    assert len(_maps(sdfg)) == 1 and _arrays(sdfg, transient=True) == {}
+    assert_matches_jax(f, x)
+
+
+def test_results_are_written_in_place():
+    sdfg = hlo2dace.jit(lambda x: jnp.cos(x) + 1.0).lower(np.ones(5)).as_sdfg()
+    assert _arrays(sdfg, transient=True) == {}
+    assert len(_maps(sdfg)) == 1
