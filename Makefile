@@ -36,6 +36,7 @@ docs: $(STAMP)
 	$(PY) -m hlo2dace.coverage docs/ops.md
 
 bench: $(STAMP) blas
+	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) bench/run.py
 
 clean:

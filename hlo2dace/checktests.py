@@ -690,12 +690,59 @@ def run_function(function: CheckFunction, file: str = "") -> CheckResult:
     return _judge(file, function, outputs)
 
 
+def _run_combined(functions: Sequence[CheckFunction], group: Sequence[int], file: str,
+                  results: dict[int, CheckResult]) -> None:
+    """Run the functions ``group`` (indices into ``functions``) as one program and fill
+    ``results``. When that fails: functions that do not translate on their own get their
+    error, the rest is run again; a failure to build or run splits the group in halves."""
+    from .api import lower_text
+    from .errors import CompilationError
+
+    if len(group) == 1:
+        results[group[0]] = run_function(functions[group[0]], file)
+        return
+    try:
+        text = combined_module([functions[k] for k in group])
+        compiled = lower_text(text, name=_sdfg_name(f"checks_{file}"), entry=ENTRY).compile()
+        outputs = compiled.call_flat([])
+    except Exception as exc:
+        if not isinstance(exc, CompilationError):
+            good = []
+            for k in group:
+                try:
+                    lower_text(functions[k].text, name=_sdfg_name(functions[k].name),
+                               entry=functions[k].name).as_sdfg()
+                    good.append(k)
+                except Exception as alone:
+                    results[k] = CheckResult(file, functions[k].id_name, "error", _error(alone))
+            if len(good) < len(group):
+                if good:
+                    _run_combined(functions, good, file, results)
+                return
+        half = len(group) // 2
+        _run_combined(functions, group[:half], file, results)
+        _run_combined(functions, group[half:], file, results)
+        return
+    position = 0
+    for k in group:
+        count = len(functions[k].result_types)
+        result = _judge(file, functions[k], outputs[position:position + count])
+        position += count
+        if result.status != "pass":
+            # confirm on its own: a failure must not come from sharing a program
+            alone = run_function(functions[k], file)
+            if alone.status == "pass":
+                alone = CheckResult(file, functions[k].id_name, "pass",
+                                    f"passes alone, but failed in the file's combined program: "
+                                    f"{result.message}")
+            result = alone
+        results[k] = result
+
+
 def run_functions(functions: Sequence[CheckFunction], file: str = "",
                   combine: bool = True) -> list[CheckResult]:
-    """Run ``functions`` (one per result, in order): runnable ones as one combined program
-    when ``combine`` and that program builds, each on its own otherwise."""
-    from .api import lower_text
-
+    """Run ``functions`` (one result each, in order). With ``combine``, the runnable ones
+    are built as one program (see ``_run_combined``), else each on its own."""
     results: dict[int, CheckResult] = {}
     runnable = []
     for k, function in enumerate(functions):
@@ -703,30 +750,8 @@ def run_functions(functions: Sequence[CheckFunction], file: str = "",
             results[k] = CheckResult(file, function.id_name, "skip", function.skip_reason)
         else:
             runnable.append(k)
-    if combine and len(runnable) > 1:
-        # translate each function first (cheap next to a C++ build): those that fail are
-        # reported alone, the others share one build
-        translatable = []
-        for k in runnable:
-            try:
-                lower_text(functions[k].text, name=_sdfg_name(functions[k].name),
-                           entry=functions[k].name).as_sdfg()
-                translatable.append(k)
-            except Exception as exc:
-                results[k] = CheckResult(file, functions[k].id_name, "error", _error(exc))
-        if len(translatable) > 1:
-            try:
-                text = combined_module([functions[k] for k in translatable])
-                compiled = lower_text(text, name=_sdfg_name(f"checks_{file}"),
-                                      entry=ENTRY).compile()
-                outputs = compiled.call_flat([])
-                position = 0
-                for k in translatable:
-                    count = len(functions[k].result_types)
-                    results[k] = _judge(file, functions[k], outputs[position:position + count])
-                    position += count
-            except Exception:
-                pass  # one function at a time, below
+    if combine and runnable:
+        _run_combined(functions, runnable, file, results)
     for k in runnable:
         if k not in results:
             results[k] = run_function(functions[k], file)

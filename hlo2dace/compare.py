@@ -6,7 +6,7 @@ import math
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 import numpy as np
 
@@ -44,7 +44,7 @@ class OutputComparison:
     dace_dtype: str
     max_abs_error: float
     max_rel_error: float
-    max_ulp: Optional[float]
+    max_ulp: float | None
 
     @property
     def shape_ok(self) -> bool:
@@ -97,7 +97,7 @@ class CompareReport:
 def compare_arrays(index: int, expected: Any, actual: Any) -> OutputComparison:
     x, y = np.asarray(expected), np.asarray(actual)
     max_abs = max_rel = 0.0
-    max_ulp: Optional[float] = None
+    max_ulp: float | None = None
     if x.shape == y.shape and x.size:
         if x.dtype.kind in "fc" or x.dtype.name == "bfloat16":
             xf = x.astype(np.complex128 if x.dtype.kind == "c" else np.float64)

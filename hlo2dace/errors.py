@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterable, Optional
+from typing import Iterable
 
 
 class Hlo2DaceError(Exception):
@@ -12,7 +12,7 @@ class Hlo2DaceError(Exception):
 class ParseError(Hlo2DaceError):
     """Text or bytes that are not a StableHLO module hlo2dace can read."""
 
-    def __init__(self, message: str, line: Optional[int] = None, column: Optional[int] = None,
+    def __init__(self, message: str, line: int | None = None, column: int | None = None,
                  context: str = ""):
         self.line, self.column, self.context = line, column, context
         where = f" at line {line}, column {column}" if line is not None else ""
@@ -29,7 +29,7 @@ class UnsupportedError(Hlo2DaceError):
     """
 
     def __init__(self, op: str, reason: str, location: object = None,
-                 supported: Optional[Iterable[str]] = None):
+                 supported: Iterable[str] | None = None):
         self.op, self.reason, self.location = op, reason, location
         self.supported = tuple(supported) if supported is not None else None
         text = f"`{op}`"

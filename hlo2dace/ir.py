@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Iterator, Mapping, Optional, Sequence, Union
+from typing import Any, Iterator, Mapping, Sequence, Union
 
 import numpy as np
 
@@ -76,7 +76,7 @@ def complex_part(element: str) -> str:
 class TensorType:
     """A ranked tensor. ``None`` in ``shape`` is a dynamic (``?``) dimension."""
 
-    shape: tuple[Optional[int], ...]
+    shape: tuple[int | None, ...]
     element: str
     encoding: Any = None
 
@@ -110,7 +110,7 @@ class TokenType:
 
 @dataclass(frozen=True)
 class TupleType:
-    types: tuple["Type", ...]
+    types: tuple[Type, ...]
 
     def __str__(self) -> str:
         return "tuple<" + ", ".join(map(str, self.types)) + ">"
@@ -118,8 +118,8 @@ class TupleType:
 
 @dataclass(frozen=True)
 class FunctionType:
-    inputs: tuple["Type", ...]
-    results: tuple["Type", ...]
+    inputs: tuple[Type, ...]
+    results: tuple[Type, ...]
 
     def __str__(self) -> str:
         return f"({', '.join(map(str, self.inputs))}) -> ({', '.join(map(str, self.results))})"
@@ -213,10 +213,10 @@ class Location:
     """Where an op came from: the user's file and line when known, and a name
     (``jit(f)/tanh``)."""
 
-    file: Optional[str] = None
-    line: Optional[int] = None
-    column: Optional[int] = None
-    name: Optional[str] = None
+    file: str | None = None
+    line: int | None = None
+    column: int | None = None
+    name: str | None = None
 
     def __str__(self) -> str:
         where = ""
@@ -245,10 +245,10 @@ class Value:
 @dataclass(frozen=True)
 class Block:
     arguments: tuple[Value, ...]
-    ops: tuple["Op", ...]
+    ops: tuple[Op, ...]
 
     @property
-    def terminator(self) -> "Op":
+    def terminator(self) -> Op:
         return self.ops[-1]
 
 
@@ -268,7 +268,7 @@ class Op:
     results: tuple[Value, ...]
     attributes: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     regions: tuple[Region, ...] = ()
-    location: Optional[Location] = None
+    location: Location | None = None
 
     def attr(self, key: str, default: Any = None) -> Any:
         return self.attributes.get(key, default)
@@ -278,7 +278,7 @@ class Op:
         (only,) = self.results
         return only
 
-    def walk(self) -> Iterator["Op"]:
+    def walk(self) -> Iterator[Op]:
         """This op and every op nested in its regions, depth first."""
         yield self
         for region in self.regions:
@@ -302,7 +302,7 @@ class Function:
     visibility: str = "public"
     argument_attributes: tuple[Mapping[str, Any], ...] = ()
     result_attributes: tuple[Mapping[str, Any], ...] = ()
-    location: Optional[Location] = None
+    location: Location | None = None
 
     @property
     def ops(self) -> tuple[Op, ...]:
@@ -312,7 +312,7 @@ class Function:
 @dataclass(frozen=True)
 class Module:
     functions: Mapping[str, Function]
-    name: Optional[str] = None
+    name: str | None = None
     attributes: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
 
     @property

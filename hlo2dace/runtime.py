@@ -22,7 +22,7 @@ import tempfile
 import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Sequence
 
 import ml_dtypes  # noqa: F401  (registers bfloat16, int4, ... as NumPy dtype names)
 import numpy as np
@@ -77,7 +77,8 @@ class TensorSpec:
         if array.dtype != dtype:
             array = array.astype(dtype)
         if storage != dtype:
-            array = array.view(storage) if storage.itemsize == dtype.itemsize else array.astype(storage)
+            same_width = storage.itemsize == dtype.itemsize
+            array = array.view(storage) if same_width else array.astype(storage)
         return np.ascontiguousarray(array).reshape(self.storage_shape)
 
     def from_storage(self, array: np.ndarray) -> np.ndarray:
@@ -178,7 +179,7 @@ def _load(folder: Path, built: bool) -> Program:
 _loaded: dict[Path, Program] = {}
 
 
-def lookup(key: str) -> Optional[Program]:
+def lookup(key: str) -> Program | None:
     """The cached program of ``key``, or None."""
     folder = cache_dir() / key
     if folder in _loaded:

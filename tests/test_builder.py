@@ -5,9 +5,10 @@ checked on the SDFG itself (no timing in unit tests)."""
 import dace
 import jax.numpy as jnp
 import numpy as np
-from util import assert_matches_jax
 
 import hlo2dace
+
+from util import assert_matches_jax
 
 
 def _maps(sdfg):

@@ -636,6 +636,7 @@ def test_location_aliases_and_forms():
         "#loc7 = loc(unknown)\n"
         "#loc8 = loc(#loc9)\n"
         '#loc9 = loc("late.py":7:8)\n'
+        '#loc10 = loc(fused<"meta">[#loc7, "only.py":9])\n'
     )
     body = (
         '    "test.a"() : () -> () loc(#loc5)\n'
@@ -644,7 +645,8 @@ def test_location_aliases_and_forms():
         '    "test.d"() : () -> () loc("inline"("f.py":1:2))\n'
         '    "test.e"() : () -> () loc(callsite("callee" at "caller.py":4:5))\n'
         '    "test.f"() : () -> () loc(#loc8)\n'
-        '    "test.g"() : () -> () loc("just_a_name")')
+        '    "test.g"() : () -> () loc("just_a_name")\n'
+        '    "test.h"() : () -> () loc(#loc10)')
     ops = parse_module(_function_module(body, tail=tail)).main.ops
     assert ops[0].location == ir.Location("user.py", 10, 5, "jit(f)/add")
     assert ops[1].location == ir.Location("z.py", 3, 4, "only_name")
@@ -653,6 +655,35 @@ def test_location_aliases_and_forms():
     assert ops[4].location == ir.Location("caller.py", 4, 5, "callee")
     assert ops[5].location == ir.Location("late.py", 7, 8)
     assert ops[6].location == ir.Location(name="just_a_name")
+    assert ops[7].location == ir.Location("only.py", 9, None)
+
+
+def test_type_and_attribute_aliases():
+    text = ("!pair = tensor<2xi32>\n#high = #stablehlo<precision HIGH>\n"
+            "#map = affine_map<(d0) -> (d0)>\n" + _function_module(
+                '    %0 = "stablehlo.constant"() <{value = dense<[1, 2]> : !pair}> : () -> !pair\n'
+                '    "test.op"(%0) {p = #high, m = #map} : (!pair) -> ()'))
+    const, use = parse_module(text).main.ops[:2]
+    assert const.result.type == ir.TensorType((2,), "i32")
+    assert const.attr("value").array.tolist() == [1, 2]
+    assert use.operands == (const.result,)
+    assert use.attr("p") == ir.EnumAttr("precision", "HIGH")
+    assert use.attr("m") == ir.OpaqueAttr("affine_map<(d0) -> (d0)>")
+
+
+def test_blocks_and_successors():
+    text = _function_module(
+        '    "test.region"() ({\n'
+        "    ^bb0(%a: tensor<f32> loc(unknown)):\n"
+        '      "cf.br"(%a)[^bb1] : (tensor<f32>) -> ()\n'
+        "    ^bb1(%b: tensor<f32>, %c: tensor<f32>):  // a comment\n"
+        '      "test.ret"(%b, %c) : (tensor<f32>, tensor<f32>) -> ()\n'
+        "    }) : () -> ()")
+    region = parse_module(text).main.ops[0].regions[0]
+    assert len(region.blocks) == 2
+    assert region.blocks[0].arguments == (ir.Value("%a", ir.TensorType((), "f32")),)
+    assert [a.name for a in region.blocks[1].arguments] == ["%b", "%c"]
+    assert region.blocks[1].terminator.operands == region.blocks[1].arguments
 
 
 def test_module_without_wrapper_and_declarations():

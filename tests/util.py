@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 import jax
 import ml_dtypes
@@ -23,7 +23,7 @@ def dtype_id(dtype) -> str:
     return np.dtype(dtype).name
 
 
-def special_values(dtype, rng: Optional[np.random.Generator] = None, random: int = 8):
+def special_values(dtype, rng: np.random.Generator | None = None, random: int = 8):
     """Edge cases of ``dtype`` (NaN, +-inf, -0.0, extremes, denormals / INT_MIN, -1, max),
     followed by ``random`` random values."""
     dtype = np.dtype(dtype)
@@ -95,7 +95,7 @@ def assert_arrays_match(expected: Any, actual: Any, *, ulp: float = 0, rtol: flo
 
 
 def assert_matches_jax(fun: Callable, *args, ulp: float = 0, rtol: float = 0.0,
-                       atol: float = 0.0, tolerances: Optional[dict] = None,
+                       atol: float = 0.0, tolerances: dict | None = None,
                        signed_zeros: bool = True, **kwargs) -> Any:
     """Run ``fun`` with ``jax.jit`` and ``hlo2dace.jit`` and compare every output leaf.
     ``tolerances`` maps a leaf's path (as jax.tree_util.keystr prints it) to an ``ulp``."""

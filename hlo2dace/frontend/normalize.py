@@ -61,7 +61,7 @@ def _mlir_error(exc: Exception, what: str) -> ParseError:
     return ParseError(f"invalid {what}: {message}", line, column)
 
 
-def _parse(ctx, source: "str | bytes", what: str):
+def _parse(ctx, source: str | bytes, what: str):
     from jax.extend.mlir import ir
 
     try:

@@ -388,6 +388,7 @@ class _Builder(Transformer):
         self.type_cache: dict[str, ir.Type] = {}
         self.signature_cache: dict[str, ir.FunctionType] = {}
         self.dialect_cache: dict[str, Any] = {}
+        self.dense_cache: dict[str, ir.DenseElements] = {}
         self.positions: dict[int, tuple[int, int]] = {}
 
     # ----------------------------------------------------------------- top level
@@ -414,6 +415,7 @@ class _Builder(Transformer):
         self.type_aliases[token.value] = value
         self.type_cache.clear()
         self.signature_cache.clear()
+        self.dense_cache.clear()
 
     def file_metadata(self, c):
         for section, groups in (x for x in c if x is not None):
@@ -722,6 +724,15 @@ class _Builder(Transformer):
 
     def dense_attr(self, c):
         token, type_ = c
+        if type_ is None:  # the token holds the type too: same text, same (immutable) value
+            found = self.dense_cache.get(token.value)
+            if found is None:
+                found = self._dense_attr(token, None)
+                self.dense_cache[token.value] = found
+            return found
+        return self._dense_attr(token, type_)
+
+    def _dense_attr(self, token: Token, type_: ir.Type | None) -> ir.DenseElements:
         content, type_text = _DENSE.fullmatch(token.value).groups()
         content = content.strip()
         if type_ is None:

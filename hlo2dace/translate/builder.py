@@ -24,7 +24,7 @@ import re
 from collections import ChainMap, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Sequence, Union
+from typing import Sequence, Union
 
 import dace
 import numpy as np
@@ -56,7 +56,7 @@ class Axis:
     """How one dimension of a view's source is indexed: ``offset + stride * i_dim``
     (``dim`` None: the constant ``offset``)."""
 
-    dim: Optional[int]
+    dim: int | None
     stride: int = 1
     offset: int = 0
 
@@ -70,9 +70,9 @@ class View:
 
 @dataclass(frozen=True, eq=False)
 class Pending:
-    cluster: "ElementwiseCluster"
+    cluster: ElementwiseCluster
     value: ir.Value
-    scope: "Scope"
+    scope: Scope
 
     @property
     def key(self) -> tuple[int, str]:
@@ -132,9 +132,9 @@ class ElementwiseCluster:
     ``resolved`` holds, once emitted, the arrays of the values used outside."""
 
     shape: tuple[int, ...]
-    members: list[tuple[ir.Op, "Scope"]] = field(default_factory=list)
+    members: list[tuple[ir.Op, Scope]] = field(default_factory=list)
     closed: bool = False
-    resolved: dict[tuple[int, str], "Array"] = field(default_factory=dict)
+    resolved: dict[tuple[int, str], Array] = field(default_factory=dict)
 
 
 # ------------------------------------------------------------------------- scopes
@@ -151,7 +151,7 @@ class Scope:
     destinations: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, env: ChainMap, block: ir.Block, destinations=None) -> "Scope":
+    def of(cls, env: ChainMap, block: ir.Block, destinations=None) -> Scope:
         ops = live_ops(block)
         return cls(env, ops, collect_uses(ops), dict(destinations or {}))
 
@@ -189,7 +189,7 @@ def _identifier(text: str) -> str:
 class Builder:
     """Translates one IR module into one SDFG."""
 
-    def __init__(self, module: ir.Module, name: str, entry: Optional[str] = None,
+    def __init__(self, module: ir.Module, name: str, entry: str | None = None,
                  target: str = "cpu"):
         self.module = module
         try:
@@ -206,13 +206,13 @@ class Builder:
         self.state = self.sdfg.add_state_after(prologue, "entry")
         self._nodes: dict[str, dace.nodes.AccessNode] = {}  # last access node per data
         self._counter = itertools.count()
-        self.scope: Optional[Scope] = None
+        self.scope: Scope | None = None
         self.open_clusters: dict[tuple[int, ...], ElementwiseCluster] = {}
         #: hidden constant arguments: data name -> array (in storage dtype)
         self.constants: dict[str, np.ndarray] = {}
         self.argument_names: list[str] = []
         self.result_names: list[str] = []
-        self.current_op: Optional[ir.Op] = None
+        self.current_op: ir.Op | None = None
 
     @staticmethod
     def _fp_mode_tasklet(state: dace.SDFGState, code: str) -> None:
@@ -248,7 +248,7 @@ class Builder:
             element.to_storage(np.asarray(value).reshape(dace_shape(t))))
         return Array(name, t)
 
-    def result_array(self, value: ir.Value, hint: str = "", scope: Optional[Scope] = None
+    def result_array(self, value: ir.Value, hint: str = "", scope: Scope | None = None
                      ) -> Array:
         """The array an op writes ``value`` into: its function result if it is one."""
         assert isinstance(value.type, ir.TensorType)
@@ -283,7 +283,7 @@ class Builder:
         self._nodes = {}
         return self.state
 
-    def debuginfo(self) -> Optional[dace.dtypes.DebugInfo]:
+    def debuginfo(self) -> dace.dtypes.DebugInfo | None:
         loc = self._location()
         if loc is None or loc.line is None:
             return None
@@ -295,7 +295,7 @@ class Builder:
     def _location(self):
         return self.current_op.location if self.current_op is not None else None
 
-    def unsupported(self, reason: str, supported: Optional[Sequence[str]] = None):
+    def unsupported(self, reason: str, supported: Sequence[str] | None = None):
         return UnsupportedError(self._op_name(), reason, self._location(), supported)
 
     # ---------------------------------------------------------------- bindings
@@ -330,7 +330,7 @@ class Builder:
         return target
 
     def copy_into(self, source: Union[Array, Literal, View], target: Array,
-                  offsets: Optional[Sequence[int]] = None) -> None:
+                  offsets: Sequence[int] | None = None) -> None:
         """Write ``source`` into ``target`` (at ``offsets``, else all of it) with one map
         over the source's shape."""
         t = source.type

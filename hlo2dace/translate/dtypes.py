@@ -10,8 +10,7 @@ patterns and computed in ``float``, rounded back after every op as XLA does; the
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import Optional
+from functools import cache
 
 import dace
 import ml_dtypes
@@ -28,8 +27,8 @@ class ElementType:
     storage: dace.typeclass  #: the SDFG's array element type
     compute: str  #: the C++ type tasklets compute in
     #: for sub-byte integers: their width; for f16/bf16: the C++ rounding helper's name
-    narrow_bits: Optional[int] = None
-    rounding: Optional[str] = None
+    narrow_bits: int | None = None
+    rounding: str | None = None
 
     @property
     def storage_numpy(self) -> np.dtype:
@@ -135,7 +134,7 @@ _ELEMENTS = _entries()
 SUPPORTED_ELEMENTS = tuple(sorted(_ELEMENTS))
 
 
-@lru_cache(maxsize=None)
+@cache
 def element_type(element: str, op: str = "type", location: object = None) -> ElementType:
     try:
         return _ELEMENTS[element]

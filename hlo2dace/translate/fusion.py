@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from .builder import Builder, ElementwiseCluster
 
 
-def emit_cluster(b: "Builder", cluster: "ElementwiseCluster") -> None:
+def emit_cluster(b: Builder, cluster: ElementwiseCluster) -> None:
     members = {(id(scope), id(op)) for op, scope in cluster.members}
     saved_op = b.current_op
 
@@ -43,7 +43,7 @@ def emit_cluster(b: "Builder", cluster: "ElementwiseCluster") -> None:
     b.current_op = saved_op
 
 
-def _emit_map(b: "Builder", cluster: "ElementwiseCluster", outputs: dict, users_inside) -> None:
+def _emit_map(b: Builder, cluster: ElementwiseCluster, outputs: dict, users_inside) -> None:
     shape = cluster.shape
     rank = len(shape)
     state = b.state

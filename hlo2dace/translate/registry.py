@@ -13,7 +13,7 @@ Two kinds of translator exist:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable
 
 from .. import ir
 from ..errors import UnsupportedError
@@ -61,7 +61,7 @@ def register_elementwise(name: str, expression: Callable, family: str = "element
     _ELEMENTWISE[name] = ElementwiseRule(expression, family)
 
 
-def elementwise_rule(name: str) -> Optional[ElementwiseRule]:
+def elementwise_rule(name: str) -> ElementwiseRule | None:
     return _ELEMENTWISE.get(name)
 
 
