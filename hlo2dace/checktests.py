@@ -24,8 +24,12 @@ What the check ops mean follows the interpreter (``stablehlo/tests/CheckOps.cpp`
 
 Speed: every function of a file is compiled as ONE program (a synthesised entry function
 calls each check function; calls are inlined), because one C++ build costs far more than
-the ops it contains; functions that fail to translate, or a combined build that fails, fall
-back to one program per function.
+the ops it contains. When that program does not translate, the functions that fail alone
+get their error and the others are combined again; when it does not build or run, the group
+is split in halves. A function that fails inside the combined program is run again alone,
+so every result is the function's own. Measured on the 104 interpreter files (cold cache,
+one process, 2-core machine): 189 s combined against 424 s one program per function
+(e.g. iota.mlir, 25 functions: 9.4 s against 40.6 s).
 """
 
 from __future__ import annotations
@@ -454,7 +458,11 @@ def rewrite_piece(piece: str, piece_index: int = 0, first_line: int = 1) -> list
     of the piece refers to, rewritten when it has check ops, skipped (with the reason)
     when it needs a runtime hlo2dace lacks or has no check ops."""
     code, comment_free = _mask(piece), _mask(piece, strings=False)
-    definitions = _functions(piece, code)
+    try:
+        definitions = _functions(piece, code)
+    except CheckSyntaxError as exc:
+        return [CheckFunction(f"piece{piece_index}", line=first_line, piece=piece_index,
+                              skip_reason=f"cannot find the functions of this piece: {exc}")]
     by_name = {d.name: d for d in definitions}
     referenced = set().union(*(d.refs - {d.name} for d in definitions)) if definitions else set()
 
@@ -656,7 +664,9 @@ def _error(exc: BaseException) -> str:
     message = str(exc).strip().splitlines()
     text = message[0] if message else ""
     if len(message) > 1:
-        text += " ..."
+        # a compiler's first error line says more than DaCe's summary
+        first_error = next((line for line in message[1:] if "error:" in line), None)
+        text += f" {first_error.split('error:', 1)[1].strip()}" if first_error else " ..."
     return f"{kind}: {text}"[:500]
 
 

@@ -26,15 +26,27 @@ def _convert(args) -> int:
     return 0
 
 
+class UsageError(Exception):
+    """A command line that cannot work (exit status 2, like argparse's own errors)."""
+
+
 def _load_inputs(path, specs) -> list[np.ndarray]:
+    """The arrays of an ``.npz`` file, in argument order: named ``arg_0, arg_1, ...`` (or
+    NumPy's ``arr_0, ...``), else in the order the file stores them."""
     if path is None:
         if specs:
-            raise SystemExit(f"the module takes {len(specs)} arguments: give --inputs X.npz")
+            raise UsageError(f"the module takes {len(specs)} argument(s): give them with "
+                             "--inputs X.npz (arrays arg_0, arg_1, ...)")
         return []
     with np.load(path) as data:
-        keys = data.files
-        if all(f"arg_{i}" in keys for i in range(len(specs))):
-            keys = [f"arg_{i}" for i in range(len(specs))]
+        keys = list(data.files)
+        for prefix in ("arg_", "arr_"):
+            if all(f"{prefix}{i}" in keys for i in range(len(specs))):
+                keys = [f"{prefix}{i}" for i in range(len(specs))]
+                break
+        if len(keys) != len(specs):
+            raise UsageError(f"{path} holds {len(keys)} array(s); the module takes "
+                             f"{len(specs)} argument(s)")
         return [data[k] for k in keys]
 
 
@@ -93,15 +105,19 @@ def _compare(args) -> int:
 
 
 def _test(args) -> int:
+    """One line per function (PASS, FAIL, ERROR, SKIP), then the counts; exit status 1
+    when a function fails or does not compile."""
     from .checktests import run_file
 
     failed = passed = skipped = 0
     for path in args.files:
-        for result in run_file(Path(path)):
+        if not Path(path).is_file():
+            raise UsageError(f"no such file: {path}")
+        for result in run_file(Path(path), combine=not args.separate):
             line = f"{result.status.upper():5} {result.id}"
-            if result.message and result.status != "pass":
+            if result.message and (result.status != "pass" or args.verbose):
                 line += f"  ({result.message})"
-            print(line)
+            print(line, flush=True)
             passed += result.status == "pass"
             skipped += result.status == "skip"
             failed += result.status in ("fail", "error")
@@ -128,13 +144,22 @@ def main(argv=None) -> int:
     compare.add_argument("--atol", type=float, default=1e-6)
     compare.set_defaults(handler=_compare)
     test = commands.add_parser("test", help="run functions that use the check dialect")
-    test.add_argument("files", nargs="+")
+    test.add_argument("files", nargs="+", help=".mlir files in the StableHLO interpreter's "
+                      "test format (functions separated by '// -----', check.* ops)")
+    test.add_argument("--separate", action="store_true",
+                      help="compile each function on its own (default: one program per file)")
+    test.add_argument("-v", "--verbose", action="store_true",
+                      help="also print the notes of passing functions")
     test.set_defaults(handler=_test)
     args = parser.parse_args(argv)
     try:
         return args.handler(args)
-    except Hlo2DaceError as exc:
+    except (Hlo2DaceError, UsageError) as exc:
         print(f"hlo2dace: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"hlo2dace: error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "),
+              file=sys.stderr)
         return 2
 
 

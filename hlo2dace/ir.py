@@ -7,7 +7,7 @@ regions, source location); attribute values are decoded into plain Python values
 ==============================  ===================================================
 MLIR attribute                  Python value
 ==============================  ===================================================
-``42 : i64``, ``1.5 : f32``     ``int``, ``float`` (``TypedScalar`` keeps the type)
+``42 : i64``, ``1.5 : f32``     ``int``, ``float``
 ``true`` / ``false``            ``bool``
 ``"text"``                      ``str``
 unit (``{foo}``)                ``True``
@@ -138,14 +138,6 @@ class OpaqueType:
 Type = Union[TensorType, TokenType, TupleType, FunctionType, OpaqueType]
 
 # ------------------------------------------------------------------------ attributes
-
-
-@dataclass(frozen=True)
-class TypedScalar:
-    """An integer or float attribute with its MLIR type (``5 : i64``)."""
-
-    value: Union[int, float, bool]
-    type: str
 
 
 @dataclass(frozen=True)
@@ -335,5 +327,7 @@ def freeze(mapping: Mapping[str, Any]) -> Mapping[str, Any]:
     return MappingProxyType(dict(mapping))
 
 
+
 def values_of(types: Sequence[Type], prefix: str) -> tuple[Value, ...]:
+    """Values named ``prefix0, prefix1, ...`` (the arguments of a body-less declaration)."""
     return tuple(Value(f"{prefix}{i}", t) for i, t in enumerate(types))

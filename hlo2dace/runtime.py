@@ -148,26 +148,20 @@ class Program:
             out = np.empty(spec.storage_shape, dtype=np.dtype(spec.storage))
             kwargs[spec.name] = out
             outputs.append(out)
-        if any(0 in a.shape for a in kwargs.values()):
-            kwargs = {k: (v if v.size else np.empty((1,) * v.ndim, v.dtype))
-                      for k, v in kwargs.items()}
-            outputs = [o if o.size else np.empty(s.storage_shape, np.dtype(s.storage))
-                       for o, s in zip(outputs, self.results)]
-            for spec, out in zip(self.results, outputs):
-                if out.size:
-                    kwargs[spec.name] = out
+        # zero-size arrays are passed as they are: DaCe accepts them, the code skips them
         self._compiled(**kwargs)
         return [spec.from_storage(out) for spec, out in zip(self.results, outputs)]
 
 
-def _load(folder: Path, built: bool) -> Program:
+def _load(folder: Path, built: bool, sdfg: Any = None) -> Program:
+    """Load an entry; ``sdfg``, when the caller has it, spares reading program.sdfgz."""
     from dace.codegen.compiler import load_precompiled_sdfg
 
     configure_dace()
     meta = json.loads((folder / "meta.json").read_text())
     with np.load(folder / "constants.npz") as data:
         constants = {k: data[k] for k in data.files}
-    compiled = load_precompiled_sdfg(folder / "build")
+    compiled = load_precompiled_sdfg(folder / "build", sdfg=sdfg)
     def specs(entries):
         return [TensorSpec(**{**e, "shape": tuple(e["shape"])}) for e in entries]
 
@@ -224,5 +218,6 @@ def build(sdfg: Any, key: str, arguments: Sequence[TensorSpec], results: Sequenc
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
-        program = _loaded[final] = _load(final, built=True)
+        sdfg.build_folder = str(final / "build")
+        program = _loaded[final] = _load(final, built=True, sdfg=sdfg)
     return program

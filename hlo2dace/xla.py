@@ -17,13 +17,16 @@ class XlaModule:
         from jax.extend import backend
 
         self._backend = backend.get_backend("cpu")
-        devices = xla_client.DeviceList(tuple(self._backend.devices()[:1]))
+        self._device = self._backend.devices()[0]
+        devices = xla_client.DeviceList((self._device,))
         self._executable = self._backend.compile_and_load(text.encode(), devices,
                                                           xla_client.CompileOptions())
         self._jax = jax
 
     def __call__(self, *arrays: np.ndarray) -> list[np.ndarray]:
-        buffers = [self._jax.device_put(np.asarray(a)) for a in arrays]
+        # 64-bit arrays stay 64-bit whatever the process's jax_enable_x64 says
+        with self._jax.enable_x64(True):
+            buffers = [self._jax.device_put(np.asarray(a), self._device) for a in arrays]
         results = self._executable.execute_sharded(buffers)
         return [np.asarray(r[0]) for r in results.disassemble_into_single_device_arrays()]
 

@@ -268,6 +268,13 @@ def test_check_inside_a_region_is_skipped():
     assert function.skip_reason.startswith("cannot rewrite the check ops")
 
 
+def test_unbalanced_piece_is_reported_not_raised():
+    functions = load_text("func.func @f() {\n  %x = stablehlo.constant dense<1> : tensor<i32>\n"
+                          "// -----\nfunc.func @g() {\n  func.return\n}\n")
+    assert functions[0].skip_reason.startswith("cannot find the functions of this piece")
+    assert functions[1].name == "g" and functions[1].skip_reason is None
+
+
 def test_combined_module_renames_pieces_and_parses():
     functions = load_text(textwrap.dedent("""
         func.func @helper() -> tensor<i32> {
@@ -387,7 +394,24 @@ def test_run_file_end_to_end(tmp_path):
         func.func @good() {
           %x = stablehlo.constant dense<[1.0, -2.0]> : tensor<2xf32>
           %y = stablehlo.negate %x : tensor<2xf32>
+          %r:2 = stablehlo.optimization_barrier %x, %y : tensor<2xf32>, tensor<2xf32>
           check.expect_almost_eq_const %y, dense<[-1.0, 2.0]> : tensor<2xf32>
+          check.expect_eq %r#1, %y : tensor<2xf32>
+          check.expect_close %r#0, %x, max_ulp_difference = 0 : tensor<2xf32>, tensor<2xf32>
+          func.return
+        }
+
+        // -----
+
+        func.func @add_one(%a: tensor<i32>) -> tensor<i32> {
+          %one = stablehlo.constant dense<1> : tensor<i32>
+          %b = stablehlo.add %a, %one : tensor<i32>
+          func.return %b : tensor<i32>
+        }
+        func.func @main() {
+          %x = stablehlo.constant dense<41> : tensor<i32>
+          %y = func.call @add_one(%x) : (tensor<i32>) -> tensor<i32>
+          check.expect_eq_const %y, dense<42> : tensor<i32>
           func.return
         }
 
@@ -408,7 +432,10 @@ def test_run_file_end_to_end(tmp_path):
         }
         """))
     results = run_file(path)
-    assert [(r.id, r.status) for r in results] == [
-        ("mixed.mlir::good", "pass"), ("mixed.mlir::bad", "fail"),
-        ("mixed.mlir::skipped", "skip")]
-    assert "expected np.int32(3)" in results[1].message
+    expected = [("mixed.mlir::good", "pass"), ("mixed.mlir::main", "pass"),
+                ("mixed.mlir::bad", "fail"), ("mixed.mlir::skipped", "skip")]
+    assert [(r.id, r.status) for r in results] == expected
+    assert "expected np.int32(3)" in results[2].message
+    assert "interpreter.probe" in results[3].message
+    separate = run_file(path, combine=False)
+    assert [(r.id, r.status) for r in separate] == expected

@@ -17,13 +17,23 @@ import ml_dtypes
 import numpy as np
 import pytest
 from jax import lax
-from util import ALL_DTYPES, assert_arrays_match, assert_matches_jax, dtype_id, pairs, \
-    special_values
 
 import hlo2dace
 from hlo2dace.errors import UnsupportedError
 from hlo2dace.translate.dtypes import element_of_numpy
 from hlo2dace.xla import run_module
+
+from util import (
+    ALL_DTYPES,
+    COMPLEX_DTYPES,
+    FLOAT_DTYPES,
+    INTEGER_DTYPES,
+    UNSIGNED_DTYPES,
+    assert_arrays_match,
+    dtype_id,
+    pairs,
+    special_values,
+)
 
 INT4, UINT4 = np.dtype(ml_dtypes.int4), np.dtype(ml_dtypes.uint4)
 DTYPES = tuple(np.dtype(d) for d in ALL_DTYPES) + (INT4, UINT4)
@@ -44,6 +54,84 @@ def by_category(*kinds: str):
     return [pytest.param(d, id=dtype_id(d)) for d in DTYPES if category(d) in "".join(kinds)]
 
 
+def int4_arguments_broken() -> bool:
+    """hlo2dace.runtime.TensorSpec.to_storage views an int4 argument as int8 bytes instead
+    of converting it, so -8..-1 arrive as 8..15 (a runtime bug, not the ops')."""
+    from hlo2dace.runtime import TensorSpec
+
+    spec = TensorSpec("x", (1,), "int4", "int8")
+    return int(spec.to_storage(np.array([-8], INT4)).ravel()[0]) != -8
+
+
+def skip_broken_int4(dtype) -> None:
+    if np.dtype(dtype) == INT4 and int4_arguments_broken():
+        pytest.xfail("runtime.TensorSpec.to_storage reinterprets int4 arguments' bytes "
+                     "(views instead of astype): negative values arrive wrong")
+
+
+# ------------------------------------------------------------------------ comparing
+
+
+def ulp_exact(expected: np.ndarray, actual: np.ndarray) -> np.ndarray:
+    """ULPs between two float arrays of one dtype, exact for every width (as Python ints:
+    ``hlo2dace.compare.ulp_distance`` goes through float64, which rounds 64-bit patterns
+    to multiples of 512 and so hides or inflates f64 differences)."""
+    width = expected.dtype.itemsize
+    signed = np.dtype(f"i{width}")
+
+    def ordered(x):
+        bits = np.ascontiguousarray(x).view(signed).astype(object)
+        top = 1 << (8 * width - 1)
+        return np.where(bits < 0, -(bits + top), bits)
+
+    return np.abs(ordered(expected) - ordered(actual))
+
+
+def assert_close(expected, actual, ulp: float, where: str) -> None:
+    """util's checks (shape, dtype, NaNs where XLA has them, infinities, zero signs), then
+    every finite element within ``ulp`` of XLA's, counted exactly."""
+    expected, actual = np.asarray(expected), np.asarray(actual)
+    assert_arrays_match(expected, actual, ulp=np.inf, where=where)
+    if not (expected.dtype.kind in "fc" or expected.dtype == np.dtype(ml_dtypes.bfloat16)):
+        return
+    parts = [(expected.real, actual.real), (expected.imag, actual.imag)] \
+        if expected.dtype.kind == "c" else [(expected, actual)]
+    distance = np.zeros(expected.shape, object)
+    for e, a in parts:
+        finite = np.isfinite(e.astype(np.float64)) & np.isfinite(a.astype(np.float64))
+        distance = np.maximum(distance, np.where(finite, ulp_exact(e, a), 0))
+    bad = np.flatnonzero(distance > ulp)
+    if bad.size:
+        e, a = np.ravel(expected), np.ravel(actual)
+        raise AssertionError(
+            f"{where}: {bad.size} of {e.size} elements more than {ulp} ULP from XLA's (up to "
+            f"{np.max(distance)}), first at [{bad[0]}]: got {a[bad[0]]!r}, XLA gives "
+            f"{e[bad[0]]!r}")
+
+
+def assert_matches_xla(fun, *args, ulp: float = 0, tolerances: dict | None = None):
+    """``fun`` under ``jax.jit`` and ``hlo2dace.jit``: every output leaf as ``assert_close``
+    checks it; ``tolerances`` maps a leaf's path (``['exp']``) to its ULP."""
+    expected = jax.jit(fun)(*args)
+    actual = hlo2dace.jit(fun)(*args)
+    assert jax.tree_util.tree_structure(expected) == jax.tree_util.tree_structure(actual)
+    failures = []
+    for (path, e), a in zip(jax.tree_util.tree_leaves_with_path(expected),
+                            jax.tree_util.tree_leaves(actual)):
+        where = jax.tree_util.keystr(path)
+        assert isinstance(a, jax.Array), f"{where}: result is {type(a)}, not a jax.Array"
+        failures += _failure(e, a, (tolerances or {}).get(where, ulp), where)
+    assert not failures, "\n".join(failures)
+
+
+def _failure(expected, actual, ulp, where) -> list[str]:
+    try:
+        assert_close(expected, actual, ulp, where)
+    except AssertionError as error:
+        return [str(error)]
+    return []
+
+
 # ---------------------------------------------------------------------------- inputs
 
 
@@ -53,6 +141,11 @@ def values(dtype) -> np.ndarray:
     if dtype in (INT4, UINT4):
         return np.arange(-8, 8).astype(dtype) if dtype == INT4 else \
             np.arange(16).astype(dtype)
+    if dtype.kind == "c":  # built part by part: 1j * inf would put a NaN in the real part
+        real = special_values(np.float32 if dtype == np.complex64 else np.float64)
+        out = np.empty(real.size, dtype)
+        out.real, out.imag = real, np.roll(real, 3)
+        return out
     return special_values(dtype)
 
 
@@ -71,16 +164,22 @@ def unary_values(dtype) -> np.ndarray:
              -float(finfo.smallest_subnormal), -float(finfo.tiny), float(finfo.max) / 2,
              np.pi / 2, np.pi, -np.pi, 1e10, -1e10, 0.999, 1.001, -0.999, 4.5, -3.5,
              0.49999997, 2.0**23 + 1, 2.0**52 + 1, 2.0**60, -2.0**60, 1e300, 65504.0, 65520.0,
-             -1.0 + 1e-7, 1e-3, -1e-3]
+             -1.0 + 1e-7, 1e-3, -1e-3, 65519.0,
+             # ties and near-ties of f16 and bf16 rounding: f64 -> f16/bf16 must round once
+             1 + 2**-8, 1 + 3 * 2**-8, 1 + 2**-8 + 2**-30, -(1 + 2**-8 + 2**-30),
+             1 + 2**-11, 1 + 3 * 2**-11, 1 + 2**-11 + 2**-40, -(1 + 2**-11 + 2**-40)]
     rng = np.random.default_rng(1)
     spread = rng.choice([-1.0, 1.0], 64) * 10.0 ** rng.uniform(-6, 6, 64)
     with np.errstate(over="ignore"):
         reals = np.concatenate([base.real.astype(np.float64) if dtype.kind == "c" else
                                 base.astype(np.float64), extra, spread]).astype(real)
-    if dtype.kind == "c":
-        imag = np.roll(reals, 7)
-        imag[::5] = 0.0
-        return (reals + 1j * imag).astype(dtype)
+    if dtype.kind == "c":  # every pair of the real part's edge cases, and the rest paired
+        edge = special_values(real, random=0)
+        re, im = np.concatenate([np.repeat(edge, edge.size), reals]), \
+            np.concatenate([np.tile(edge, edge.size), np.roll(reals, 7)])
+        out = np.empty(re.size, dtype)
+        out.real, out.imag = re, im
+        return out
     return reals
 
 
@@ -104,7 +203,7 @@ BINARY = {
     "multiply": (lax.mul, "iunfc"),
     "divide": (lax.div, "iunfc"),
     "remainder": (lax.rem, "iunf"),
-    "power": (lax.pow, "fc"),
+    "power": (lax.pow, "f"),  # complex: test_complex_power
     "maximum": (lax.max, "biunf"),
     "minimum": (lax.min, "biunf"),
     "atan2": (lax.atan2, "fc"),
@@ -165,73 +264,140 @@ UNARY = {
     "reduce_precision_e8m0": (lambda x: lax.reduce_precision(x, 8, 0), "f"),
 }
 
-#: ULP tolerances, (op, dtype name) or op -> ULP; everything else is exact.
-ULP: dict = {}
-
-
-def _tolerances(names, dtype) -> dict:
-    out = {}
-    for name in names:
-        ulp = ULP.get((name, dtype_id(dtype)), ULP.get(name, 0))
-        if ulp:
-            out[f"['{name}']"] = ulp
-    return out
+#: ULP tolerances by (op, dtype); everything else must match XLA bit for bit (NaNs as
+#: NaNs, zeros with their signs). XLA computes exp, expm1, log, log1p, tanh and rsqrt with
+#: its own approximations (f32, and exp/expm1/log1p/tanh in f64 too), 1-3 ULP from the C
+#: library's that hlo2dace calls; f16 expm1 is XLA's own too; complex functions built on
+#: them (and logistic, built on exp) inherit that.
+ULP = {
+    ("exponential", "float32"): 1,
+    ("exponential_minus_one", "float32"): 3,
+    ("log", "float32"): 1,
+    ("log_plus_one", "float32"): 1,
+    ("logistic", "float32"): 2,
+    ("rsqrt", "float32"): 2,
+    ("tanh", "float32"): 3,
+    ("exponential", "float64"): 1,
+    ("exponential_minus_one", "float64"): 2,
+    ("log_plus_one", "float64"): 1,
+    ("logistic", "float64"): 1,
+    ("tanh", "float64"): 3,
+    ("exponential_minus_one", "float16"): 1,
+    ("exponential", "complex64"): 2,
+    ("exponential_minus_one", "complex64"): 2,
+    ("log", "complex64"): 1,
+    ("log_plus_one", "complex64"): 1,
+    ("logistic", "complex64"): 4,
+    ("rsqrt", "complex64"): 2,
+    ("sqrt", "complex64"): 1,
+    ("tan", "complex64"): 2,
+    ("tanh", "complex64"): 3,
+    ("atan2", "complex64"): 1,
+    ("exponential", "complex128"): 2,
+    ("exponential_minus_one", "complex128"): 16,  # e^x = expm1(x) + 1 cancels: x 12
+    ("log", "complex128"): 1,
+    ("log_plus_one", "complex128"): 1,
+    ("logistic", "complex128"): 3,
+    ("tan", "complex128"): 3,
+    ("tanh", "complex128"): 3,
+    ("sine", "complex128"): 1,
+    ("cosine", "complex128"): 1,
+    ("power", "complex128"): 2,
+    ("power", "complex64"): 1024,
+}
 
 
 def _ops_for(table, dtype):
     kind = category(dtype)
-    return {name: fn for name, (fn, kinds) in table.items() if kind in kinds}
+    ops = {name: fn for name, (fn, kinds) in table.items() if kind in kinds}
+    if table is BINARY and np.dtype(dtype) in (np.float32, np.float64):
+        ops["complex"] = lax.complex
+    return ops
+
+
+#: The dtypes each test compiles together (one program per group: compiling dominates the
+#: run time). int4 has a group of its own, see skip_broken_int4.
+GROUPS = {
+    "bool_signed": (np.bool_, np.int8, np.int16, np.int32, np.int64),
+    "unsigned": UNSIGNED_DTYPES,
+    "int4": (INT4,),
+    "uint4": (UINT4,),
+    "f16_bf16": (np.float16, ml_dtypes.bfloat16),
+    "f32_f64": (np.float32, np.float64),
+    "complex": COMPLEX_DTYPES,
+}
+by_group = pytest.mark.parametrize("group", [pytest.param(tuple(np.dtype(d) for d in g), id=n)
+                                             for n, g in GROUPS.items()])
+
+
+def _per_dtype(table, group):
+    """{dtype name: {op name: function}} and the ULP tolerances of the ops' leaves."""
+    ops = {dtype_id(d): _ops_for(table, d) for d in group}
+    tolerances = {f"['{d}']['{op}']": ULP[(op, d)] for d, names in ops.items()
+                  for op in names if (op, d) in ULP}
+    return ops, tolerances
 
 
 # ---------------------------------------------------------------------------- tests
 
 
-@pytest.mark.parametrize("dtype", by_category("biunfc"))
-def test_binary(dtype):
-    ops = _ops_for(BINARY, dtype)
-    if np.dtype(dtype) in (np.float32, np.float64):
-        ops["complex"] = lax.complex
-    x, y = pairs(values(dtype), values(dtype))
+@by_group
+def test_binary(group):
+    """Every binary op (and select, clamp) on every pair of edge cases; for integers also
+    the shifts, by amounts that are negative, in range, the bit width and beyond."""
+    for dtype in group:
+        skip_broken_int4(dtype)
+    ops, tolerances = _per_dtype(BINARY, group)
+    inputs = {}
+    for dtype in group:
+        args = pairs(values(dtype), values(dtype))
+        if category(dtype) in "iun":
+            args += pairs(values(dtype), shift_amounts(dtype))
+        inputs[dtype_id(dtype)] = args
 
-    def fun(x, y):
-        return {name: op(x, y) for name, op in ops.items()}
+    def fun(inputs):
+        out = {}
+        for name, (x, y, *shifted) in inputs.items():
+            out[name] = {op: f(x, y) for op, f in ops[name].items()}
+            if shifted:
+                out[name].update({op: f(*shifted) for op, f in SHIFTS.items()})
+        return out
 
-    assert_matches_jax(fun, x, y, tolerances=_tolerances(ops, dtype))
-
-
-@pytest.mark.parametrize("dtype", by_category("iun"))
-def test_shifts(dtype):
-    x, s = pairs(values(dtype), shift_amounts(dtype))
-
-    def fun(x, s):
-        return {name: op(x, s) for name, op in SHIFTS.items()}
-
-    assert_matches_jax(fun, x, s)
-
-
-@pytest.mark.parametrize("dtype", by_category("biunfc"))
-def test_unary(dtype):
-    ops = _ops_for(UNARY, dtype)
-    x = unary_values(dtype)
-
-    def fun(x):
-        return {name: op(x) for name, op in ops.items()}
-
-    assert_matches_jax(fun, x, tolerances=_tolerances(ops, dtype))
+    assert_matches_xla(fun, inputs, tolerances=tolerances)
 
 
-@pytest.mark.parametrize("source", [pytest.param(d, id=dtype_id(d)) for d in DTYPES])
-def test_convert(source):
-    x = unary_values(source)
-    if category(source) in "iu":
-        x = np.concatenate([x, np.array([2**24 + 1, 2**53 + 1, 2**31 - 1, 2**63 - 1, 2**11 + 1,
-                                         2**8 + 1, 255, 256, 65535, 65536, 2**31, 2**32 - 1,
-                                         2**64 - 1, 2**63]).astype(np.uint64).astype(source)])
+@by_group
+def test_unary(group):
+    for dtype in group:
+        skip_broken_int4(dtype)
+    ops, tolerances = _per_dtype(UNARY, group)
 
-    def fun(x):
-        return {dtype_id(t): lax.convert_element_type(x, t) for t in DTYPES}
+    def fun(inputs):
+        return {name: {op: f(x) for op, f in ops[name].items()} for name, x in inputs.items()}
 
-    assert_matches_jax(fun, x)
+    assert_matches_xla(fun, {dtype_id(d): unary_values(d) for d in group},
+                       tolerances=tolerances)
+
+
+@by_group
+def test_convert(group):
+    """Every source dtype of the group to every dtype."""
+    for dtype in group:
+        skip_broken_int4(dtype)
+    inputs = {}
+    for source in group:
+        x = unary_values(source)
+        if category(source) in "iu":
+            big = [2**24 + 1, 2**53 + 1, 2**31 - 1, 2**63 - 1, 2**11 + 1, 2**8 + 1, 255, 256,
+                   65535, 65536, 2**31, 2**32 - 1, 2**64 - 1, 2**63]
+            x = np.concatenate([x, np.array(big, np.uint64).astype(source)])
+        inputs[dtype_id(source)] = x
+
+    def fun(inputs):
+        return {name: {dtype_id(t): lax.convert_element_type(x, t) for t in DTYPES}
+                for name, x in inputs.items()}
+
+    assert_matches_xla(fun, inputs)
 
 
 BITCAST_GROUPS = [
@@ -247,13 +413,7 @@ def _bits(array):
     return array.view(np.dtype(f"u{array.dtype.itemsize}"))
 
 
-@pytest.mark.parametrize("group", [pytest.param(g, id=f"{np.dtype(g[0]).itemsize * 8}bit")
-                                   for g in BITCAST_GROUPS])
-def test_bitcast_convert(group):
-    """Every pair of one width, and the round trip through the float types (NaN payloads,
-    signalling NaNs, denormals must survive: compared bit for bit)."""
-    bits = np.dtype(group[0]).itemsize * 8
-    unsigned = np.dtype(f"u{bits // 8}")
+def _bit_patterns(bits: int) -> np.ndarray:
     patterns = [0, 1, 2, (1 << (bits - 1)), (1 << bits) - 1, (1 << (bits - 1)) - 1]
     if bits == 16:
         patterns += [0x7C00, 0xFC00, 0x7C01, 0x7E00, 0x7D55, 0xFE01, 0x7F80, 0x7F81, 0xFFC1,
@@ -266,21 +426,28 @@ def test_bitcast_convert(group):
     rng = np.random.default_rng(2)
     raw = np.concatenate([np.array(patterns, np.uint64),
                           rng.integers(0, 1 << min(bits, 63), 32, dtype=np.uint64)])
-    x = raw.astype(unsigned)
+    return raw.astype(np.dtype(f"u{bits // 8}"))
 
-    def fun(x):
+
+def test_bitcast_convert():
+    """Every pair of one width, and the round trip through the float types: NaN payloads,
+    signalling NaNs and denormals must survive, compared bit for bit."""
+    def fun(inputs):
         out = {}
-        for a in group:
-            xa = lax.bitcast_convert_type(x, a)
-            out[dtype_id(a)] = xa
-            for b in group:
-                out[f"{dtype_id(a)}->{dtype_id(b)}"] = lax.bitcast_convert_type(xa, b)
+        for group, x in zip(BITCAST_GROUPS, inputs):
+            for a in group:
+                xa = lax.bitcast_convert_type(x, a)
+                out[dtype_id(a)] = xa
+                for b in group:
+                    out[f"{dtype_id(a)}->{dtype_id(b)}"] = lax.bitcast_convert_type(xa, b)
         return out
 
-    expected = jax.jit(fun)(x)
-    actual = hlo2dace.jit(fun)(x)
-    for key, e in expected.items():
-        np.testing.assert_array_equal(_bits(actual[key]), _bits(e), err_msg=key)
+    inputs = [_bit_patterns(np.dtype(g[0]).itemsize * 8) for g in BITCAST_GROUPS]
+    expected = jax.jit(fun)(inputs)
+    actual = hlo2dace.jit(fun)(inputs)
+    wrong = [key for key, e in expected.items()
+             if not np.array_equal(_bits(actual[key]), _bits(e))]
+    assert not wrong, f"bit patterns differ: {wrong}"
 
 
 @pytest.mark.xfail(raises=UnsupportedError, strict=True,
@@ -288,13 +455,15 @@ def test_bitcast_convert(group):
                           "the shape; the builder does not translate it yet")
 def test_bitcast_convert_changing_width():
     x = np.arange(4, dtype=np.float32)
-    assert_matches_jax(lambda x: lax.bitcast_convert_type(x, jnp.uint8), x)
+    assert_matches_xla(lambda x: lax.bitcast_convert_type(x, jnp.uint8), x)
 
 
 def test_empty_and_zero_dimensional():
     """Shape (0,) and () operands of every dtype, and 0-d predicates of select."""
     inputs = {}
     for dtype in DTYPES:
+        if dtype == INT4 and int4_arguments_broken():
+            continue  # see skip_broken_int4
         v = values(dtype)
         inputs[dtype_id(dtype)] = (v[:0], v[:0], v[3], v[5], np.array(v[:6]))
 
@@ -320,7 +489,7 @@ def test_empty_and_zero_dimensional():
                                                                 jnp.flip(vec))
         return out
 
-    assert_matches_jax(fun, inputs)
+    assert_matches_xla(fun, inputs)
 
 
 # ------------------------------------------------------------- StableHLO text tests
@@ -331,113 +500,146 @@ def _tensor(shape, dtype) -> str:
     return f"tensor<{dims}{element_of_numpy(dtype)}>"
 
 
-def assert_text_matches_xla(lines, arguments, results, *, tolerances=None):
-    """``lines``: ops in generic form over ``%arg0..``, defining ``%<name>`` values;
-    ``results``: {name: (shape, dtype)}. Runs the module with XLA and with hlo2dace."""
-    arg_types = [_tensor(a.shape, a.dtype) for a in arguments]
-    res_types = [_tensor(shape, dtype) for shape, dtype in results.values()]
-    signature = ", ".join(f"%arg{i}: {t}" for i, t in enumerate(arg_types))
-    text = "\n".join([
-        f"func.func @main({signature}) -> ({', '.join(res_types)}) {{",
-        *[f"  {line}" for line in lines],
-        f"  return {', '.join(f'%{n}' for n in results)} : {', '.join(res_types)}",
-        "}"])
-    expected = run_module(text, arguments)
-    actual = hlo2dace.compile_text(text)(*arguments)
-    if len(results) == 1:
-        actual = (actual,)
-    for name, e, a in zip(results, expected, actual):
-        assert_arrays_match(e, a, ulp=(tolerances or {}).get(name, 0), where=name)
+class Module:
+    """A StableHLO module under construction, ops in generic form; ``check`` runs it with
+    XLA and with hlo2dace and compares every result (tests batch many ops into one)."""
+
+    def __init__(self):
+        self.arguments: list[np.ndarray] = []
+        self.lines: list[str] = []
+        self.types: dict[str, tuple] = {}
+        self.results: dict[str, float] = {}  # value -> ULP
+
+    def arg(self, array) -> str:
+        name = f"%arg{len(self.arguments)}"
+        self.arguments.append(np.asarray(array))
+        self.types[name] = (np.shape(array), np.asarray(array).dtype)
+        return name
+
+    def op(self, result: str, op: str, operands, dtype=None, attributes: str = "",
+           ulp: float = 0) -> str:
+        shape = max((self.types[o][0] for o in operands), key=len)
+        dtype = np.dtype(dtype) if dtype is not None else self.types[operands[-1]][1]
+        ins = ", ".join(_tensor(*self.types[o]) for o in operands)
+        attrs = f" {{{attributes}}}" if attributes else ""
+        self.lines.append(f'%{result} = "stablehlo.{op}"({", ".join(operands)}){attrs} : '
+                          f"({ins}) -> {_tensor(shape, dtype)}")
+        self.types[f"%{result}"] = (shape, dtype)
+        self.results[f"%{result}"] = ulp
+        return f"%{result}"
+
+    def text(self) -> str:
+        signature = ", ".join(f"{n}: {_tensor(*self.types[n])}"
+                              for n in self.types if n.startswith("%arg"))
+        types = ", ".join(_tensor(*self.types[n]) for n in self.results)
+        return "\n".join([f"func.func @main({signature}) -> ({types}) {{",
+                          *[f"  {line}" for line in self.lines],
+                          f"  return {', '.join(self.results)} : {types}", "}"])
+
+    def check(self) -> None:
+        text = self.text()
+        expected = run_module(text, self.arguments)
+        actual = hlo2dace.compile_text(text)(*self.arguments)
+        if len(self.results) == 1:
+            actual = (actual,)
+        failures = []
+        for (name, ulp), e, a in zip(self.results.items(), expected, actual):
+            failures += _failure(e, a, ulp, name)
+        assert not failures, "\n".join(failures)
 
 
-def _op(result, name, operands, in_types, out_type, attributes=""):
-    attrs = f" {{{attributes}}}" if attributes else ""
-    return (f'%{result} = "stablehlo.{name}"({", ".join(operands)}){attrs} : '
-            f'({", ".join(in_types)}) -> {out_type}')
+def test_integer_power():
+    """JAX lowers integer powers to multiplications. XLA's ``power`` on integers squares
+    six times (only the exponent's low six bits count), wrapping; negative exponents (and
+    unsigned ones with the top bit set) give 0 except for bases 1 and -1."""
+    m = Module()
+    for dtype in INTEGER_DTYPES:
+        x, y = pairs(values(dtype), np.concatenate([values(dtype), np.arange(-3, 70)
+                                                    .astype(np.int64).astype(dtype)]))
+        m.op(f"power_{dtype_id(dtype)}", "power", [m.arg(x), m.arg(y)])
+    m.check()
 
 
-@pytest.mark.parametrize("dtype", by_category("iu"))
-def test_integer_power(dtype):
-    """JAX lowers integer powers to multiplications; XLA's ``power`` on integers: by
-    squaring, wrapping; negative exponents give 0 except for bases 1 and -1."""
-    x, y = pairs(values(dtype), np.concatenate([values(dtype), np.arange(-3, 70)
-                                                .astype(np.int64).astype(dtype)]))
-    t = _tensor(x.shape, dtype)
-    assert_text_matches_xla([_op("power", "power", ["%arg0", "%arg1"], [t, t], t)], [x, y],
-                            {"power": (x.shape, dtype)})
-
-
-@pytest.mark.parametrize("dtype", [pytest.param(d, id=dtype_id(d)) for d in
-                                   (np.float16, ml_dtypes.bfloat16, np.float32, np.float64)])
-def test_compare_totalorder(dtype):
+def test_compare_totalorder():
     """TOTALORDER: -NaN < -inf < ... < -0.0 < +0.0 < ... < inf < NaN, by bits."""
-    v = values(dtype)
-    x, y = pairs(v, v)
-    t = _tensor(x.shape, dtype)
-    b = _tensor(x.shape, np.bool_)
-    lines = []
-    for d in ("EQ", "NE", "LT", "LE", "GT", "GE"):
-        attrs = (f"comparison_direction = #stablehlo<comparison_direction {d}>, "
+    m = Module()
+    for dtype in FLOAT_DTYPES:
+        v = values(dtype)
+        x, y = (m.arg(a) for a in pairs(v, v))
+        for d in ("EQ", "NE", "LT", "LE", "GT", "GE"):
+            m.op(f"{d}_{dtype_id(dtype)}", "compare", [x, y], np.bool_,
+                 f"comparison_direction = #stablehlo<comparison_direction {d}>, "
                  "compare_type = #stablehlo<comparison_type TOTALORDER>")
-        lines.append(_op(d, "compare", ["%arg0", "%arg1"], [t, t], b, attrs))
-    assert_text_matches_xla(lines, [x, y], {d: (x.shape, np.bool_) for d in
-                                            ("EQ", "NE", "LT", "LE", "GT", "GE")})
+    m.check()
 
 
-@pytest.mark.parametrize("dtype", by_category("fc"))
-def test_logistic_op(dtype):
-    """``stablehlo.logistic`` itself (JAX emits 1 / (1 + exp(-x)) instead)."""
-    x = unary_values(dtype)
-    t = _tensor(x.shape, dtype)
-    assert_text_matches_xla([_op("logistic", "logistic", ["%arg0"], [t], t)], [x],
-                            {"logistic": (x.shape, dtype)},
-                            tolerances={"logistic": ULP.get(("logistic_op", dtype_id(dtype)),
-                                                            0)})
+def test_logistic_op():
+    """``stablehlo.logistic`` itself (JAX emits 1 / (1 + exp(-x)) instead); XLA expands it
+    into that, each step rounded to f16 for f16 (bf16: in f32, rounded once)."""
+    m = Module()
+    for dtype in FLOAT_DTYPES + COMPLEX_DTYPES:
+        m.op(f"logistic_{dtype_id(dtype)}", "logistic", [m.arg(unary_values(dtype))],
+             ulp=ULP.get(("logistic", dtype_id(dtype)), 0))
+    m.check()
 
 
 @pytest.mark.parametrize("dtype", by_category("c"))
-def test_complex_text_ops(dtype):
-    """Complex ops JAX expands into real arithmetic: maximum, minimum, sine, cosine."""
+def test_complex_power(dtype):
+    """Complex power. In complex64, XLA's f32 exp/log are a few ULP off and pow multiplies
+    that by |y log x|: exponents up to 20 only (beyond, the sign of cos(q) for a huge q is
+    noise), and 1024 ULP."""
     v = values(dtype)
     x, y = pairs(v, v)
-    t = _tensor(x.shape, dtype)
-    lines = [_op("maximum", "maximum", ["%arg0", "%arg1"], [t, t], t),
-             _op("minimum", "minimum", ["%arg0", "%arg1"], [t, t], t),
-             _op("sine", "sine", ["%arg0"], [t], t),
-             _op("cosine", "cosine", ["%arg0"], [t], t)]
-    assert_text_matches_xla(lines, [x, y], {n: (x.shape, dtype) for n in
-                                            ("maximum", "minimum", "sine", "cosine")},
-                            tolerances={"sine": ULP.get(("complex_sine", dtype_id(dtype)), 0),
-                                        "cosine": ULP.get(("complex_cosine", dtype_id(dtype)),
-                                                          0)})
+    if dtype == np.complex64:
+        keep = ~((np.abs(y.real) > 20) & np.isfinite(y.real)) & \
+            ~((np.abs(y.imag) > 20) & np.isfinite(y.imag))
+        x, y = x[keep], y[keep]
+    assert_matches_xla(lax.pow, x, y, ulp=ULP[("power", dtype_id(dtype))])
 
 
-def test_boolean_arithmetic_and_float_real_imag():
-    """add/multiply of booleans (or/and), real/imag of real floats, abs of unsigned."""
-    x, y = pairs(np.array([False, True]), np.array([False, True]))
-    f = unary_values(np.float32)
-    u = values(np.uint32)
-    tb, tf, tu = _tensor(x.shape, np.bool_), _tensor(f.shape, np.float32), \
-        _tensor(u.shape, np.uint32)
-    lines = [_op("add", "add", ["%arg0", "%arg1"], [tb, tb], tb),
-             _op("multiply", "multiply", ["%arg0", "%arg1"], [tb, tb], tb),
-             _op("real", "real", ["%arg2"], [tf], tf),
-             _op("imag", "imag", ["%arg2"], [tf], tf)]
-    assert_text_matches_xla(lines, [x, y, f, u],
-                            {"add": (x.shape, np.bool_), "multiply": (x.shape, np.bool_),
-                             "real": (f.shape, np.float32), "imag": (f.shape, np.float32)})
-    del tu
+def test_complex_text_ops():
+    """Complex ops JAX expands into real arithmetic: maximum and minimum (XLA: the left
+    operand if its real part is >= (<=) the right one's, no NaN propagation), sine, cosine."""
+    m = Module()
+    for dtype in COMPLEX_DTYPES:
+        v = values(dtype)
+        x, y = (m.arg(a) for a in pairs(v, v))
+        name = dtype_id(dtype)
+        m.op(f"maximum_{name}", "maximum", [x, y])
+        m.op(f"minimum_{name}", "minimum", [x, y])
+        m.op(f"sine_{name}", "sine", [x], ulp=ULP.get(("sine", name), 0))
+        m.op(f"cosine_{name}", "cosine", [x], ulp=ULP.get(("cosine", name), 0))
+    m.check()
+
+
+def test_text_only_ops():
+    """add/multiply of booleans (or/and), real/imag of real floats, and convert bf16 -> i1
+    (JAX converts with x != 0 instead): ops that JAX does not emit."""
+    m = Module()
+    x, y = (m.arg(a) for a in pairs(np.array([False, True]), np.array([False, True])))
+    m.op("add", "add", [x, y])
+    m.op("multiply", "multiply", [x, y])
+    f = m.arg(unary_values(np.float32))
+    m.op("real", "real", [f])
+    m.op("imag", "imag", [f])
+    m.op("bf16_to_bool", "convert", [m.arg(unary_values(ml_dtypes.bfloat16))], np.bool_)
+    m.check()
 
 
 def test_clamp_zero_dimensional_bounds():
     """``clamp`` with 0-d min and max broadcast to the operand (JAX broadcasts them itself)."""
-    x = unary_values(np.float32)
-    lo, hi = np.array(-1.5, np.float32), np.array(np.float32(2.5))
-    i = values(np.int8)
-    ilo, ihi = np.array(-3, np.int8), np.array(100, np.int8)
-    tf, ts = _tensor(x.shape, np.float32), _tensor((), np.float32)
-    ti, tis = _tensor(i.shape, np.int8), _tensor((), np.int8)
-    lines = [_op("f", "clamp", ["%arg1", "%arg0", "%arg2"], [ts, tf, ts], tf),
-             _op("i", "clamp", ["%arg4", "%arg3", "%arg5"], [tis, ti, tis], ti)]
-    assert_text_matches_xla(lines, [x, lo, hi, i, ilo, ihi],
-                            {"f": (x.shape, np.float32), "i": (i.shape, np.int8)})
+    m = Module()
+    f = m.arg(unary_values(np.float32))
+    m.op("f", "clamp", [m.arg(np.float32(-1.5)), f, m.arg(np.float32(2.5))])
+    i = m.arg(values(np.int8))
+    m.op("i", "clamp", [m.arg(np.int8(-3)), i, m.arg(np.int8(100))])
+    m.check()
+
+
+def test_complex_remainder_is_unsupported():
+    """The spec allows it, XLA crashes on it, JAX never emits it: a clear error."""
+    m = Module()
+    x = m.arg(values(np.complex64))
+    m.op("r", "remainder", [x, x])
+    with pytest.raises(UnsupportedError, match="remainder of complex"):
+        hlo2dace.compile_text(m.text())

@@ -101,11 +101,14 @@ def _to_mlir_module(ctx, source: Any):
     from jax.extend.mlir import ir
 
     if isinstance(source, stages.Lowered):
-        return _parse(ctx, source.as_text(debug_info=True), "lowered module")
+        # the generic form: JAX's pretty printer writes some ops (a 0-d dynamic_slice's
+        # `sizes = []`) in a syntax that does not parse back
+        source = source.compiler_ir("stablehlo")
+    if isinstance(source, ir.Module):
+        text = source.operation.get_asm(print_generic_op_form=True, enable_debug_info=True)
+        return _parse(ctx, text, "MLIR module")
     if isinstance(source, export.Exported):
         return _from_bytes(ctx, bytes(source.mlir_module_serialized))
-    if isinstance(source, ir.Module):
-        return _parse(ctx, source.operation.get_asm(enable_debug_info=True), "MLIR module")
     if isinstance(source, (bytes, bytearray, memoryview)):
         return _from_bytes(ctx, bytes(source))
     if isinstance(source, os.PathLike):

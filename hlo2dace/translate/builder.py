@@ -35,6 +35,9 @@ from . import dtypes, registry
 from .literals import literal
 
 HELPERS_CPP = (Path(__file__).with_name("h2d_ops.h")).read_text()
+#: the default line info of every state: without one, DaCe inspects the Python stack at
+#: every node it adds (most of the translation time)
+NO_LINEINFO = dace.dtypes.DebugInfo(0)
 
 # ------------------------------------------------------------------------ bindings
 
@@ -204,6 +207,7 @@ class Builder:
         prologue = self.sdfg.add_state("prologue", is_start_block=True)
         self._fp_mode_tasklet(prologue, "h2d::enter_fp_mode();")
         self.state = self.sdfg.add_state_after(prologue, "entry")
+        self.state.set_default_lineinfo(NO_LINEINFO)
         self._nodes: dict[str, dace.nodes.AccessNode] = {}  # last access node per data
         self._counter = itertools.count()
         self.scope: Scope | None = None
@@ -280,6 +284,7 @@ class Builder:
         """Continue in a fresh state after the current one (for control flow, and ops
         whose writes must be ordered after everything before)."""
         self.state = self.sdfg.add_state_after(self.state, self.fresh(label))
+        self.state.set_default_lineinfo(NO_LINEINFO)
         self._nodes = {}
         return self.state
 
@@ -385,8 +390,8 @@ class Builder:
         input_nodes = {m.data: self.read(m.data) for m in inputs.values()}
         output_nodes = {m.data: self.write(m.data) for m in outputs.values()}
         if t.rank == 0:
-            tasklet = self.state.add_tasklet(self.fresh(label), set(inputs) or {},
-                                             set(outputs), code,
+            tasklet = self.state.add_tasklet(self.fresh(label), dict.fromkeys(inputs),
+                                             dict.fromkeys(outputs), code,
                                              language=dace.Language.CPP,
                                              debuginfo=self.debuginfo())
             for conn, memlet in inputs.items():

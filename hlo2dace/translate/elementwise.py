@@ -5,8 +5,11 @@ conversion...) live in ``h2d_ops.h``. The builder fuses these ops; see ``fusion.
 
 from __future__ import annotations
 
+import ml_dtypes
+
 from ..errors import UnsupportedError
-from .dtypes import ElementType
+from .dtypes import ElementType, element_type
+from .literals import literal
 from .registry import register_elementwise
 
 #: op -> C++ template; ``{0}``, ``{1}``... are the operands. Ops whose expression depends
@@ -17,25 +20,23 @@ TEMPLATES = {
     "subtract": "h2d::sub({0}, {1})",
     "multiply": "h2d::mul({0}, {1})",
     "divide": "h2d::div({0}, {1})",
-    "remainder": "h2d::rem({0}, {1})",
     "power": "h2d::pow_({0}, {1})",
     "negate": "h2d::neg({0})",
     "sign": "h2d::sign({0})",
     "maximum": "h2d::max_({0}, {1})",
     "minimum": "h2d::min_({0}, {1})",
-    "sqrt": "std::sqrt({0})",
+    "sqrt": "h2d::sqrt_({0})",
     "rsqrt": "h2d::rsqrt({0})",
     "cbrt": "std::cbrt({0})",
-    "exponential": "std::exp({0})",
+    "exponential": "h2d::exp_({0})",
     "exponential_minus_one": "h2d::expm1_({0})",
-    "log": "std::log({0})",
+    "log": "h2d::log_({0})",
     "log_plus_one": "h2d::log1p_({0})",
-    "logistic": "h2d::logistic({0})",
-    "sine": "std::sin({0})",
-    "cosine": "std::cos({0})",
-    "tan": "std::tan({0})",
-    "tanh": "std::tanh({0})",
-    "atan2": "std::atan2({0}, {1})",
+    "sine": "h2d::sin_({0})",
+    "cosine": "h2d::cos_({0})",
+    "tan": "h2d::tan_({0})",
+    "tanh": "h2d::tanh_({0})",
+    "atan2": "h2d::atan2_({0}, {1})",
     "floor": "std::floor({0})",
     "ceil": "std::ceil({0})",
     "round_nearest_afz": "h2d::round_afz({0})",
@@ -47,6 +48,13 @@ TEMPLATES = {
     "real": "std::real({0})",
     "imag": "std::imag({0})",
 }
+
+
+def _remainder(op, args, ins, out: ElementType):
+    if out.is_complex:  # the spec allows it; XLA crashes on it and JAX never emits it
+        raise UnsupportedError(op.name, "remainder of complex numbers", op.location,
+                               ["integer and floating-point remainder"])
+    return f"h2d::rem({args[0]}, {args[1]})"
 
 
 def _bitwise(symbol: str, logical: str):
@@ -72,7 +80,9 @@ def _mask(arg: str, element: ElementType) -> str:
 
 
 def _popcnt(op, args, ins, out):
-    return f"h2d::popcnt({_mask(args[0], out)})"
+    # XLA counts the bits of a signed narrow integer sign-extended to a byte (popcnt of
+    # i4 -2 is 7); unsigned ones hold no bits above their width
+    return f"h2d::popcnt({args[0]})"
 
 
 def _clz(op, args, ins, out):
@@ -81,6 +91,11 @@ def _clz(op, args, ins, out):
 
 
 _COMPARISONS = {"EQ": "==", "NE": "!=", "GE": ">=", "GT": ">", "LE": "<=", "LT": "<"}
+
+
+#: how a literal bf16 zero (either sign) appears among an op's arguments (see fusion.py)
+_BF16_ZEROS = {f"({literal(value, element_type('bf16'))})"
+               for value in (ml_dtypes.bfloat16(0.0), ml_dtypes.bfloat16(-0.0))}
 
 
 def _compare(op, args, ins, out):
@@ -93,6 +108,12 @@ def _compare(op, args, ins, out):
     if element.is_complex and direction not in ("EQ", "NE"):
         raise UnsupportedError(op.name, f"{direction} on complex numbers", op.location,
                                ["EQ", "NE"])
+    if element.element == "bf16" and direction in ("EQ", "NE") and (
+            a in _BF16_ZEROS or b in _BF16_ZEROS):
+        # XLA tests the bits when comparing a bf16 with a constant zero (x != 0 is how JAX
+        # converts to bool): a denormal, zero under DAZ elsewhere, is not zero here
+        other = b if a in _BF16_ZEROS else a
+        return f"((h2d::bit_cast<uint32_t>({other}) & 0x7FFFFFFFu) {symbol} 0u)"
     if kind == "TOTALORDER" and (element.is_float):
         return f"(h2d::total_order_key({a}) {symbol} h2d::total_order_key({b}))"
     if element.is_bool:
@@ -103,11 +124,16 @@ def _compare(op, args, ins, out):
 def _convert(op, args, ins, out: ElementType):
     (source,) = ins
     (x,) = args
-    if out.rounding and source.element == "f64":
-        return f"h2d::{out.rounding}_to_float(h2d::double_to_{out.rounding}({x}))"
+    if source.element == "bf16" and out.is_bool:
+        # XLA tests the bits: a bf16 denormal (a float denormal, zero under DAZ) is true
+        return f"((h2d::bit_cast<uint32_t>({x}) & 0x7FFFFFFFu) != 0)"
+    # f64 -> f16/bf16 goes through f32 (rounding twice), as XLA converts
     if out.narrow_bits and source.is_float:
         bits = out.narrow_bits
-        lo, hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if not out.is_unsigned else (0, (1 << bits) - 1)
+        if out.is_unsigned:
+            lo, hi = 0, (1 << bits) - 1
+        else:
+            lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
         return (f"(({out.compute})h2d::convert<int32_t>("
                 f"h2d::clamp<{source.compute}>({lo}, {x}, {hi})))")
     return f"h2d::convert<{out.compute}>({x})"
@@ -115,7 +141,8 @@ def _convert(op, args, ins, out: ElementType):
 
 def _bitcast(op, args, ins, out: ElementType):
     (source,) = ins
-    if source.storage.bytes != out.storage.bytes or bool(source.narrow_bits) != bool(out.narrow_bits):
+    if (source.storage.bytes != out.storage.bytes
+            or bool(source.narrow_bits) != bool(out.narrow_bits)):
         raise UnsupportedError(op.name, f"bitcast from {source.element} to {out.element} "
                                "changes the element width (not supported yet)", op.location)
     bits = f"h2d::bit_cast<{out.storage.ctype}>({source.store(args[0])})"
@@ -128,14 +155,25 @@ def _complex(op, args, ins, out):
 
 def _reduce_precision(op, args, ins, out):
     exponent, mantissa = int(op.attr("exponent_bits")), int(op.attr("mantissa_bits"))
-    if out.rounding:  # computed in float: keep what the 16-bit type itself can hold
-        native = {"f16": (5, 10), "bf16": (8, 7)}[out.element]
-        exponent = 8 if exponent >= native[0] else exponent
-        mantissa = 23 if mantissa >= native[1] else mantissa
+    if out.element == "f16":  # on the f16 bits, as XLA does (f16 denormals flush)
+        return f"h2d::reduce_precision_f16({args[0]}, {exponent}, {mantissa})"
+    # bf16 in a float: the same exponent, and float rounding to >= 7 bits keeps the value
     return f"h2d::reduce_precision({args[0]}, {exponent}, {mantissa})"
 
 
+def _logistic(op, args, ins, out):
+    # XLA expands logistic into 1 / (1 + exp(-x)); for f16 each op rounds to f16, bf16 is
+    # computed in f32 and rounded once
+    def r(expression):
+        return out.fit(expression) if out.element == "f16" else f"({expression})"
+
+    one = f"{out.compute}(1)"
+    exp = r(f"h2d::exp_logistic({r(f'h2d::neg({args[0]})')})")
+    return f"h2d::div({one}, {r(f'h2d::add({one}, {exp})')})"
+
+
 FUNCTIONS = {
+    "remainder": _remainder,
     "and": _bitwise("&", "&&"),
     "or": _bitwise("|", "||"),
     "xor": _bitwise("^", "!="),
@@ -149,6 +187,7 @@ FUNCTIONS = {
     "bitcast_convert": _bitcast,
     "complex": _complex,
     "reduce_precision": _reduce_precision,
+    "logistic": _logistic,
 }
 
 

@@ -52,29 +52,42 @@ template <typename To, typename From> inline To bit_cast(From x) {
     return y;
 }
 
+// Denormals as XLA's arithmetic sees them under FTZ/DAZ. Bit operations, so that they work
+// whatever the floating-point mode: `flush` turns a denormal into a zero of its sign.
+template <typename T> struct bits_of { using type = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>; };
+template <typename T> inline bool is_denormal(T x) {
+    if constexpr (std::is_floating_point_v<T>) {
+        using I = typename bits_of<T>::type;
+        constexpr int mantissa = std::numeric_limits<T>::digits - 1;
+        constexpr I magnitude = ~(I(1) << (sizeof(T) * 8 - 1));
+        I u = bit_cast<I>(x) & magnitude;
+        return u != 0 && (u >> mantissa) == 0;
+    } else return false;
+}
+template <typename T> inline T flush(T x) {
+    if constexpr (std::is_floating_point_v<T>) {
+        using I = typename bits_of<T>::type;
+        return is_denormal(x) ? bit_cast<T>(bit_cast<I>(x) & (I(1) << (sizeof(T) * 8 - 1))) : x;
+    } else if constexpr (is_complex<T>) {
+        return T(flush(x.real()), flush(x.imag()));
+    } else return x;
+}
+
 // ------------------------------------------------------------------ 16-bit floats
 inline float f16_to_float(uint16_t bits) { return (float)bit_cast<_Float16>(bits); }
 inline uint16_t float_to_f16(float x) { return bit_cast<uint16_t>((_Float16)x); }
-inline uint16_t double_to_f16(double x) { return bit_cast<uint16_t>((_Float16)x); }
 inline float round_f16(float x) { return (float)(_Float16)x; }
 
 inline float bf16_to_float(uint16_t bits) { return bit_cast<float>((uint32_t)bits << 16); }
 inline uint16_t float_to_bf16(float x) {
     uint32_t u = bit_cast<uint32_t>(x);
-    if (std::isnan(x)) return (uint16_t)((u >> 16) | 0x40);  // keep sign and payload, quiet
+    // NaN: keep sign and payload; quieten it unless it came from a bf16 (low half zero, as
+    // after a bitcast to bf16), whose bits XLA keeps as they are
+    if (std::isnan(x)) return (uint16_t)((u >> 16) | ((u & 0xFFFF) ? 0x40 : 0));
     u += 0x7FFF + ((u >> 16) & 1);  // round to nearest, ties to even
     return (uint16_t)(u >> 16);
 }
 inline float round_bf16(float x) { return bf16_to_float(float_to_bf16(x)); }
-// f64 -> bf16 in one rounding: round the double's mantissa to bf16's 8 bits first, so the
-// following double -> float conversion is exact (except below float's normal range).
-inline uint16_t double_to_bf16(double x) {
-    if (std::isnan(x)) return float_to_bf16((float)x);
-    uint64_t u = bit_cast<uint64_t>(x);
-    u += ((uint64_t)1 << 44) - 1 + ((u >> 45) & 1);
-    u &= ~(((uint64_t)1 << 45) - 1);
-    return float_to_bf16((float)bit_cast<double>(u));
-}
 
 // 2- and 4-bit integers live in a byte: wrap a result back to `Bits` bits.
 template <int Bits, typename T> inline T wrap(T x) {
@@ -84,6 +97,53 @@ template <int Bits, typename T> inline T wrap(T x) {
         return (T)(x & ((1u << Bits) - 1));
     }
 }
+
+// Complex multiplication and division as XLA computes them: MLIR's complex-to-standard
+// lowering (the textbook product; Smith's division with its special cases), in which LLVM
+// contracts a product feeding an addition into an fma.
+namespace cx {
+template <typename R> inline std::complex<R> mul(std::complex<R> x, std::complex<R> y) {
+    R a = x.real(), b = x.imag(), c = y.real(), d = y.imag();
+    return {std::fma(a, c, -(b * d)), std::fma(b, c, a * d)};
+}
+template <typename R> inline std::complex<R> div(std::complex<R> x, std::complex<R> y) {
+    const R inf = std::numeric_limits<R>::infinity(), zero = 0, one = 1;
+    R lr = x.real(), li = x.imag(), rr = y.real(), ri = y.imag();
+    R ratio1 = rr / ri;
+    R denom1 = std::fma(ratio1, rr, ri);
+    R re1 = std::fma(lr, ratio1, li) / denom1;
+    R im1 = std::fma(li, ratio1, -lr) / denom1;
+    R ratio2 = ri / rr;
+    R denom2 = std::fma(ratio2, ri, rr);
+    R re2 = std::fma(li, ratio2, lr) / denom2;
+    R im2 = std::fma(-lr, ratio2, li) / denom2;
+    R arr = std::fabs(rr), ari = std::fabs(ri), alr = std::fabs(lr), ali = std::fabs(li);
+    bool smaller_real = arr < ari;
+    R re = smaller_real ? re1 : re2, im = smaller_real ? im1 : im2;
+    if (!(std::isnan(re) && std::isnan(im))) return {re, im};
+    // 1. zero denominator, numerator not all NaN
+    if ((!std::isnan(lr) || !std::isnan(li)) && arr == 0 && ari == 0) {
+        R signed_inf = std::copysign(inf, rr);
+        return {signed_inf * lr, signed_inf * li};
+    }
+    // 2. infinite numerator, finite denominator
+    bool rhs_finite = (arr != inf && !std::isnan(arr)) && (ari != inf && !std::isnan(ari));
+    if ((alr == inf || ali == inf) && rhs_finite) {
+        R a = std::copysign(alr == inf ? one : zero, lr), b = std::copysign(ali == inf ? one : zero, li);
+        return {inf * std::fma(a, rr, b * ri), inf * std::fma(b, rr, -(a * ri))};
+    }
+    // 3. finite numerator, infinite denominator
+    bool lhs_finite = (alr != inf && !std::isnan(alr)) && (ali != inf && !std::isnan(ali));
+    if (lhs_finite && (arr == inf || ari == inf)) {
+        R c = std::copysign(arr == inf ? one : zero, rr), d = std::copysign(ari == inf ? one : zero, ri);
+        return {zero * std::fma(lr, c, li * d), zero * std::fma(li, c, -(lr * d))};
+    }
+    return {re, im};
+}
+template <typename R> inline R abs(std::complex<R> z);
+template <typename R> inline std::complex<R> sign(std::complex<R> z);
+template <typename R> inline std::complex<R> pow(std::complex<R> x, std::complex<R> y);
+}  // namespace cx
 
 // ------------------------------------------------------------------ arithmetic
 template <typename T> inline T add(T a, T b) {
@@ -102,7 +162,8 @@ template <typename T> inline T mul(T a, T b) {
         // promote so that e.g. uint16 * uint16 does not overflow a signed int
         using W = std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, uns<T>>;
         return (T)((W)(uns<T>)a * (W)(uns<T>)b);
-    } else return a * b;
+    } else if constexpr (is_complex<T>) return cx::mul(a, b);
+    else return a * b;
 }
 template <typename T> inline T neg(T a) {
     if constexpr (is_int<T>) return (T)(uns<T>(0) - (uns<T>)a);
@@ -117,7 +178,8 @@ template <typename T> inline T div(T a, T b) {
             if (a == std::numeric_limits<T>::min() && b == (T)-1) return a;
         }
         return (T)(a / b);
-    } else return a / b;
+    } else if constexpr (is_complex<T>) return cx::div(a, b);
+    else return a / b;
 }
 // x % 0 = x; INT_MIN % -1 = 0; the sign follows the dividend (C's fmod for floats).
 template <typename T> inline T rem(T a, T b) {
@@ -132,44 +194,40 @@ template <typename T> inline T rem(T a, T b) {
 }
 template <typename T> inline auto abs_(T a) {
     if constexpr (is_int<T>) return a < 0 ? neg(a) : a;
+    else if constexpr (is_complex<T>) return cx::abs(a);
     else return std::abs(a);
 }
-// NaN-propagating maximum/minimum; for complex numbers, lexicographic (real, imag).
+// NaN-propagating maximum/minimum, max(-0, +0) = +0 and min(-0, +0) = -0; like XLA's
+// (vmaxss under DAZ) a denormal result is flushed to zero. Complex: XLA keeps the left
+// operand when its real part is >= (<=) the right one's, else takes the right one, as is.
 template <typename T> inline T max_(T a, T b) {
     if constexpr (is_complex<T>) {
-        if (std::isnan(a.real()) || std::isnan(a.imag())) return a;
-        if (std::isnan(b.real()) || std::isnan(b.imag())) return b;
-        return (a.real() > b.real() || (a.real() == b.real() && a.imag() >= b.imag())) ? a : b;
+        return a.real() >= b.real() ? a : b;
     } else if constexpr (std::is_floating_point_v<T>) {
         if (std::isnan(a)) return a;
         if (std::isnan(b)) return b;
-        if (a == b) return std::signbit(a) ? b : a;  // max(-0, +0) = +0
-        return a > b ? a : b;
+        if (a == b) return flush(std::signbit(a) ? b : a);
+        return flush(a > b ? a : b);
     } else return a > b ? a : b;
 }
 template <typename T> inline T min_(T a, T b) {
     if constexpr (is_complex<T>) {
-        if (std::isnan(a.real()) || std::isnan(a.imag())) return a;
-        if (std::isnan(b.real()) || std::isnan(b.imag())) return b;
-        return (a.real() < b.real() || (a.real() == b.real() && a.imag() <= b.imag())) ? a : b;
+        return a.real() <= b.real() ? a : b;
     } else if constexpr (std::is_floating_point_v<T>) {
         if (std::isnan(a)) return a;
         if (std::isnan(b)) return b;
-        if (a == b) return std::signbit(a) ? a : b;  // min(-0, +0) = -0
-        return a < b ? a : b;
+        if (a == b) return flush(std::signbit(a) ? a : b);
+        return flush(a < b ? a : b);
     } else return a < b ? a : b;
 }
-template <typename T> inline T clamp(T lo, T x, T hi) { return min_(max_(x, lo), hi); }
+// XLA's order (it matters for complex numbers, where ties keep the left operand).
+template <typename T> inline T clamp(T lo, T x, T hi) { return min_(max_(lo, x), hi); }
 
 template <typename T> inline T sign(T a) {
     if constexpr (is_complex<T>) {
-        using R = typename T::value_type;
-        if (std::isnan(a.real()) || std::isnan(a.imag()))
-            return T(std::numeric_limits<R>::quiet_NaN(), std::numeric_limits<R>::quiet_NaN());
-        R m = std::abs(a);
-        return m == 0 ? T(0, 0) : a / m;
+        return cx::sign(a);
     } else if constexpr (std::is_floating_point_v<T>) {
-        if (std::isnan(a) || a == 0) return a;
+        if (std::isnan(a) || a == 0) return flush(a);  // sign(denormal) = zero (DAZ)
         return a > 0 ? T(1) : T(-1);
     } else if constexpr (std::is_signed_v<T>) {
         return (T)((a > 0) - (a < 0));
@@ -178,19 +236,20 @@ template <typename T> inline T sign(T a) {
     }
 }
 
-// Integer power by squaring; negative exponents give 0 except for bases 1 and -1.
+// Integer power as XLA computes it: six rounds of squaring, so only the exponent's low six
+// bits count (2^64 = 1); negative exponents give 0 except for bases 1 and -1, and XLA reads
+// an unsigned exponent with its top bit set as negative too.
 template <typename T> inline T pow_(T a, T b) {
     if constexpr (is_int<T>) {
-        if constexpr (std::is_signed_v<T>) {
-            if (b < 0) {
-                if (a == 1) return 1;
-                if (a == -1) return (b & 1) ? (T)-1 : (T)1;
-                return 0;
-            }
+        using S = std::make_signed_t<T>;
+        if ((S)b < 0) {
+            if (a == 1) return 1;
+            if ((S)a == -1) return (b & 1) ? (T)-1 : (T)1;
+            return 0;
         }
         T result = 1;
         uns<T> e = (uns<T>)b;
-        while (e) {
+        for (int i = 0; i < 6; ++i) {
             if (e & 1) result = mul(result, a);
             a = mul(a, a);
             e >>= 1;
@@ -198,6 +257,8 @@ template <typename T> inline T pow_(T a, T b) {
         return result;
     } else if constexpr (std::is_same_v<T, bool>) {
         return a || !b;
+    } else if constexpr (is_complex<T>) {
+        return cx::pow(a, b);
     } else return std::pow(a, b);
 }
 
@@ -219,19 +280,24 @@ template <typename T> inline T shr_arithmetic(T a, T b) {
     if ((uns<T>)b >= W) return (T)((S)a < 0 ? (S)-1 : (S)0);
     return (T)((S)a >> (uns<T>)b);
 }
-// The same for narrow (2/4-bit) integers stored in a byte.
+// The same for narrow (2/4-bit) integers stored in a byte: the amount is read as an
+// unsigned `Bits`-bit number (negative amounts are out of range), and the arithmetic shift
+// extends bit `Bits - 1` for unsigned types too.
 template <int Bits, typename T> inline T shl_n(T a, T b) {
-    if ((uint8_t)b >= (uint8_t)Bits && !(std::is_signed_v<T> && b < 0)) return 0;
-    if (std::is_signed_v<T> && b < 0) return 0;
-    return wrap<Bits>((T)((uint8_t)a << (uint8_t)b));
+    unsigned amount = (uint8_t)b & ((1u << Bits) - 1);
+    if (amount >= (unsigned)Bits) return 0;
+    return wrap<Bits>((T)((uint8_t)a << amount));
 }
 template <int Bits, typename T> inline T shr_logical_n(T a, T b) {
-    if (b < 0 || (uint8_t)b >= Bits) return 0;
-    return (T)((uint8_t)(a & ((1u << Bits) - 1)) >> (uint8_t)b);
+    unsigned amount = (uint8_t)b & ((1u << Bits) - 1);
+    if (amount >= (unsigned)Bits) return 0;
+    return wrap<Bits>((T)((uint8_t)((uint8_t)a & ((1u << Bits) - 1)) >> amount));
 }
 template <int Bits, typename T> inline T shr_arithmetic_n(T a, T b) {
-    if (b < 0 || (uint8_t)b >= Bits) return (T)(a < 0 ? -1 : 0);
-    return (T)(a >> b);
+    unsigned amount = (uint8_t)b & ((1u << Bits) - 1);
+    int extended = (int8_t)((uint8_t)a << (8 - Bits)) >> (8 - Bits);
+    if (amount >= (unsigned)Bits) return wrap<Bits>((T)(extended < 0 ? -1 : 0));
+    return wrap<Bits>((T)(extended >> amount));
 }
 template <typename T> inline T popcnt(T a) {
     if constexpr (std::is_same_v<T, bool>) return a;
@@ -251,12 +317,17 @@ template <typename T> inline T not_(T a) {
 template <typename T> inline T round_afz(T a) { return std::round(a); }
 template <typename T> inline T round_even(T a) { return std::nearbyint(a); }
 
-// reduce_precision, XLA's bit-level algorithm (round to nearest even, NaN kept NaN).
-template <typename T> inline T reduce_precision(T x, int exponent_bits, int mantissa_bits) {
-    using I = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
-    constexpr int src_mantissa = std::numeric_limits<T>::digits - 1;
-    constexpr int src_exponent = sizeof(T) * 8 - 1 - src_mantissa;
-    I bits = bit_cast<I>(x);
+// reduce_precision, XLA's bit-level algorithm (round to nearest even; below the reduced
+// type's normal range: zero, above: infinity; NaN stays the input NaN), on the bits of a
+// type with `SrcExponent` and `SrcMantissa` bits.
+template <typename I, int SrcExponent, int SrcMantissa>
+inline I reduce_precision_bits(I bits, int exponent_bits, int mantissa_bits) {
+    constexpr int src_mantissa = SrcMantissa;
+    constexpr int src_exponent = SrcExponent;
+    constexpr int width = 1 + SrcExponent + SrcMantissa;
+    const I magnitude = bits & ((I(1) << (width - 1)) - 1);
+    const bool is_nan = magnitude > (((I(1) << src_exponent) - 1) << src_mantissa);
+    const I input = bits;
     if (mantissa_bits < src_mantissa) {
         int drop = src_mantissa - mantissa_bits;
         I last_kept = ((I)1) << drop;
@@ -266,7 +337,7 @@ template <typename T> inline T reduce_precision(T x, int exponent_bits, int mant
         bits &= ~(last_kept - 1);
     }
     if (exponent_bits < src_exponent) {
-        I sign = bits & (((I)1) << (sizeof(T) * 8 - 1));
+        I sign = bits & (((I)1) << (width - 1));
         I exp_bias = (((I)1) << (src_exponent - 1)) - 1;
         I reduced_bias = (((I)1) << (exponent_bits - 1)) - 1;
         I max_exp = exp_bias + reduced_bias;
@@ -278,22 +349,536 @@ template <typename T> inline T reduce_precision(T x, int exponent_bits, int mant
             bits = sign;  // zero
         }
     }
-    T result = bit_cast<T>(bits);
-    return (std::isnan(x) && mantissa_bits > 0) ? x : result;
+    return is_nan ? input : bits;
+}
+template <typename T> inline T reduce_precision(T x, int exponent_bits, int mantissa_bits) {
+    using I = typename bits_of<T>::type;
+    constexpr int mantissa = std::numeric_limits<T>::digits - 1;
+    return bit_cast<T>(reduce_precision_bits<I, sizeof(T) * 8 - 1 - mantissa, mantissa>(
+        bit_cast<I>(x), exponent_bits, mantissa_bits));
+}
+// f16 values (held in a float): XLA reduces the f16 bits themselves, so f16 denormals
+// flush to zero when the reduced type's exponent is not wider than f16's.
+inline float reduce_precision_f16(float x, int exponent_bits, int mantissa_bits) {
+    return f16_to_float(reduce_precision_bits<uint16_t, 5, 10>(
+        float_to_f16(x), exponent_bits, mantissa_bits));
 }
 
 // ------------------------------------------------------------------ transcendental
-template <typename T> inline T rsqrt(T a) { return T(1) / std::sqrt(a); }
-template <typename T> inline T logistic(T a) { return T(1) / (T(1) + std::exp(-a)); }
+// Real functions as XLA computes them: a denormal argument of expm1 and (f32) tanh comes
+// back unchanged, log and log1p read it as zero (DAZ). XLA's own f32 approximations of exp, log,
+// tanh, rsqrt... differ from the C library's by a few ULP (the tests allow for that).
+template <typename R> inline R rsqrt_r(R a) { return R(1) / std::sqrt(a); }
+template <typename R> inline R expm1_r(R a) { return is_denormal(a) ? a : std::expm1(a); }
+template <typename R> inline R tanh_r(R a) {  // f64: XLA reads a denormal as zero
+    if constexpr (std::is_same_v<R, double>) return std::tanh(flush(a));
+    else return is_denormal(a) ? a : std::tanh(a);
+}
+template <typename R> inline R log_r(R a) { return std::log(flush(a)); }
+template <typename R> inline R log1p_r(R a) { return std::log1p(flush(a)); }
+
+// Complex functions, computed as XLA computes them, in two families:
+// * sqrt, log, log1p and exp: XLA expands these with StableHLO's
+//   stablehlo-complex-math-expander pass when it imports a module; the functions below are
+//   that pass's expansion, transcribed op by op (regenerate them from the pass's output);
+// * the others with MLIR's complex-to-standard lowering, in which LLVM contracts a product
+//   feeding an addition into an fma (hence the std::fma calls: -ffp-contract=off here).
+namespace cx {
+template <typename R> constexpr R pick(float f, double d) {
+    if constexpr (std::is_same_v<R, float>) return f; else return (R)d;
+}
+template <typename R> inline std::complex<R> sqrt(std::complex<R> z) {
+    const R v0 = pick<R>(0x1.19435c0000000p+1f, 0x1.19435caffa9f9p+1);
+    const R v1 = std::numeric_limits<R>::infinity();
+    const R v2 = R(0x1.0000000000000p+1);
+    const R v3 = R(0x1.0000000000000p+0);
+    const R v4 = pick<R>(0x1.6a09e60000000p+0f, 0x1.6a09e667f3bcdp+0);
+    const R v5 = pick<R>(0x1.8dc4220000000p+0f, 0x1.8dc42193d5c03p+0);
+    const R v6 = R(0x0.0p+0);
+    const R v7 = z.real();
+    const bool v8 = v7 >= v6;
+    const R v9 = std::fabs(v7);
+    const R v10 = z.imag();
+    const R v11 = std::fabs(v10);
+    const bool v12 = v9 == v11;
+    const R v13 = std::sqrt(v9);
+    const R v14 = v13 * v5;
+    const R v15 = v13 * (v5 * (R(1) / v4));
+    const R v16 = max_(v9, v11);
+    const R v17 = min_(v9, v11);
+    const bool v18 = v16 == v17;
+    const R v19 = v4 * v16;
+    const R v20 = v17 / v16;
+    const R v21 = v20 * v20;
+    const R v22 = v3 + v21;
+    const R v23 = std::sqrt(v22);
+    const bool v24 = v23 == v3;
+    const bool v25 = v21 > v6;
+    const bool v26 = v24 && v25;
+    const R v27 = v16 * v21;
+    const R v28 = v27 * (R(1) / v2);
+    const R v29 = v16 + v28;
+    const R v30 = v16 * v23;
+    const R v31 = v26 ? v29 : v30;
+    const R v32 = v18 ? v19 : v31;
+    const R v33 = v32 * (R(1) / v2);
+    const R v34 = v9 * (R(1) / v2);
+    const R v35 = v33 + v34;
+    const R v36 = std::sqrt(v35);
+    const bool v37 = v36 == v6;
+    const bool v38 = v36 == v1;
+    const bool v39 = v37 || v38;
+    const bool v40 = v9 > v11;
+    const bool v41 = v9 < v11;
+    const R v42 = v9 / v11;
+    const R v43 = v11 / v9;
+    const R v44 = v41 ? v42 : v43;
+    const R v45 = v12 ? v3 : v44;
+    const R v46 = std::fabs(v45);
+    const R v47 = max_(v3, v46);
+    const R v48 = min_(v3, v46);
+    const bool v49 = v47 == v48;
+    const R v50 = v4 * v47;
+    const R v51 = v48 / v47;
+    const R v52 = v51 * v51;
+    const R v53 = v3 + v52;
+    const R v54 = std::sqrt(v53);
+    const bool v55 = v54 == v3;
+    const bool v56 = v52 > v6;
+    const bool v57 = v55 && v56;
+    const R v58 = v47 * v52;
+    const R v59 = v58 * (R(1) / v2);
+    const R v60 = v47 + v59;
+    const R v61 = v47 * v54;
+    const R v62 = v57 ? v60 : v61;
+    const R v63 = v49 ? v50 : v62;
+    const R v64 = v3 + v63;
+    const R v65 = std::sqrt(v64);
+    const R v66 = v65 * (R(1) / v4);
+    const R v67 = v13 * v66;
+    const R v68 = std::sqrt(v11);
+    const R v69 = v45 + v63;
+    const R v70 = std::sqrt(v69);
+    const R v71 = v70 * (R(1) / v4);
+    const R v72 = v68 * v71;
+    const R v73 = v40 ? v67 : v72;
+    const R v74 = v39 ? v73 : v36;
+    const R v75 = v12 ? v15 : v74;
+    const R v76 = v68 * (R(1) / v0);
+    const R v77 = v13 / v68;
+    const R v78 = v68 / v13;
+    const R v79 = v41 ? v77 : v78;
+    const R v80 = v12 ? v3 : v79;
+    const R v81 = v68 * v80;
+    const R v82 = v65 * v4;
+    const R v83 = v81 / v82;
+    const R v84 = v70 * v4;
+    const R v85 = v68 / v84;
+    const R v86 = v40 ? v83 : v85;
+    const R v87 = v36 * v2;
+    const R v88 = v11 / v87;
+    const R v89 = v39 ? v86 : v88;
+    const R v90 = v12 ? v76 : v89;
+    const R v91 = v8 ? v75 : v90;
+    const bool v92 = v7 < v6;
+    const bool v93 = v10 < v6;
+    const R v94 = -v75;
+    const R v95 = v93 ? v94 : v75;
+    const R v96 = -v90;
+    const R v97 = v93 ? v96 : v90;
+    const R v98 = v92 ? v95 : v97;
+    const std::complex<R> v99(v91, v98);
+    return v99;
+}
+template <typename R> inline std::complex<R> log(std::complex<R> z) {
+    const R v0 = R(0x1.0000000000000p+0);
+    const R v1 = R(0x1.0000000000000p-1);
+    const R v2 = R(0x1.0400000000000p+6);
+    const R v3 = R(0x1.0010000000000p+12);
+    const R v4 = pick<R>(0x1.2ced320000000p+126f, 0x1.2ced32a16a1b1p+126);
+    const R v5 = pick<R>(0x1.0000000000000p+27f, 0x1.0000002000000p+27);
+    const R v6 = pick<R>(std::numeric_limits<float>::infinity(), 0x1.1ccf385ebc8a0p+1023);
+    const R v7 = pick<R>(0x1.fffffe0000000p+127f, 0x1.fffffffffffffp+1023);
+    const R v8 = R(-0x1.0000000000000p+0);
+    const R v9 = z.real();
+    const R v10 = z.imag();
+    const R v11 = v10 * v10;
+    const R v12 = v9 * v9;
+    const bool v13 = v11 > v12;
+    const R v14 = v13 ? v11 : v12;
+    const R v15 = v8 + v14;
+    const R v16 = v13 ? v12 : v11;
+    const R v17 = v15 + v16;
+    const R v18 = -v11;
+    const bool v19 = v7 > v6;
+    const bool v20 = v7 > v4;
+    const R v21 = v20 ? v3 : v2;
+    const R v22 = v19 ? v5 : v21;
+    const R v23 = v22 * v10;
+    const R v24 = v10 - v23;
+    const R v25 = v23 + v24;
+    const R v26 = v25 * v25;
+    const R v27 = v18 + v26;
+    const R v28 = v10 - v25;
+    const R v29 = v25 * v28;
+    const R v30 = v27 + v29;
+    const R v31 = v30 + v29;
+    const R v32 = v28 * v28;
+    const R v33 = v31 + v32;
+    const R v34 = v17 + v33;
+    const R v35 = -v12;
+    const R v36 = v22 * v9;
+    const R v37 = v9 - v36;
+    const R v38 = v36 + v37;
+    const R v39 = v38 * v38;
+    const R v40 = v35 + v39;
+    const R v41 = v9 - v38;
+    const R v42 = v38 * v41;
+    const R v43 = v40 + v42;
+    const R v44 = v43 + v42;
+    const R v45 = v41 * v41;
+    const R v46 = v44 + v45;
+    const R v47 = v34 + v46;
+    const R v48 = v15 - v8;
+    const R v49 = v14 - v48;
+    const R v50 = v17 - v15;
+    const R v51 = v16 - v50;
+    const R v52 = v49 + v51;
+    const R v53 = v34 - v17;
+    const R v54 = v33 - v53;
+    const R v55 = v52 + v54;
+    const R v56 = v47 - v34;
+    const R v57 = v46 - v56;
+    const R v58 = v55 + v57;
+    const R v59 = v47 + v58;
+    const R v60 = std::fabs(v59);
+    const bool v61 = v60 < v1;
+    const R v62 = log1p_r(v59);
+    const R v63 = v1 * v62;
+    const R v64 = std::fabs(v9);
+    const R v65 = std::fabs(v10);
+    const R v66 = max_(v64, v65);
+    const R v67 = log_r(v66);
+    const R v68 = min_(v64, v65);
+    const bool v69 = v68 == v66;
+    const R v70 = v68 / v66;
+    const R v71 = v69 ? v0 : v70;
+    const R v72 = v71 * v71;
+    const R v73 = log1p_r(v72);
+    const R v74 = v1 * v73;
+    const R v75 = v67 + v74;
+    const R v76 = v61 ? v63 : v75;
+    const R v77 = std::atan2(v10, v9);
+    const std::complex<R> v78(v76, v77);
+    return v78;
+}
+template <typename R> inline std::complex<R> log1p(std::complex<R> z) {
+    const R v0 = R(0x1.0400000000000p+6);
+    const R v1 = R(0x1.0010000000000p+12);
+    const R v2 = pick<R>(0x1.2ced320000000p+126f, 0x1.2ced32a16a1b1p+126);
+    const R v3 = pick<R>(0x1.0000000000000p+27f, 0x1.0000002000000p+27);
+    const R v4 = pick<R>(std::numeric_limits<float>::infinity(), 0x1.1ccf385ebc8a0p+1023);
+    const R v5 = pick<R>(0x1.99999a0000000p-3f, 0x1.999999999999ap-3);
+    const R v6 = R(0x1.0000000000000p+0);
+    const R v7 = R(0x1.0000000000000p-1);
+    const R v8 = pick<R>(0x1.47ae140000000p-7f, 0x1.47ae147ae147bp-7);
+    const R v9 = pick<R>(0x1.fffffe0000000p+127f, 0x1.fffffffffffffp+1023);
+    const R v10 = z.real();
+    const R v11 = std::fabs(v10);
+    const R v12 = z.imag();
+    const R v13 = std::fabs(v12);
+    const R v14 = max_(v11, v13);
+    const R v15 = std::sqrt(v9);
+    const R v16 = v15 * v8;
+    const bool v17 = v14 > v16;
+    const R v18 = log_r(v14);
+    const R v19 = min_(v11, v13);
+    const bool v20 = v19 == v14;
+    const R v21 = v19 / v14;
+    const R v22 = v21 * v21;
+    const R v23 = v20 ? v6 : v22;
+    const R v24 = log1p_r(v23);
+    const R v25 = v7 * v24;
+    const R v26 = v18 + v25;
+    const R v27 = v10 + v6;
+    const R v28 = std::fabs(v27);
+    const R v29 = v28 + v13;
+    const bool v30 = v29 < v5;
+    const R v31 = v27 * v27;
+    const R v32 = v12 * v12;
+    const R v33 = v31 + v32;
+    const R v34 = log_r(v33);
+    const R v35 = v7 * v34;
+    const R v36 = v10 + v10;
+    const R v37 = v36 + v32;
+    const R v38 = v10 * v10;
+    const R v39 = v37 + v38;
+    const R v40 = -v32;
+    const bool v41 = v9 > v4;
+    const bool v42 = v9 > v2;
+    const R v43 = v42 ? v1 : v0;
+    const R v44 = v41 ? v3 : v43;
+    const R v45 = v44 * v12;
+    const R v46 = v12 - v45;
+    const R v47 = v45 + v46;
+    const R v48 = v47 * v47;
+    const R v49 = v40 + v48;
+    const R v50 = v12 - v47;
+    const R v51 = v47 * v50;
+    const R v52 = v49 + v51;
+    const R v53 = v52 + v51;
+    const R v54 = v50 * v50;
+    const R v55 = v53 + v54;
+    const R v56 = v39 + v55;
+    const R v57 = -v38;
+    const R v58 = v44 * v10;
+    const R v59 = v10 - v58;
+    const R v60 = v58 + v59;
+    const R v61 = v60 * v60;
+    const R v62 = v57 + v61;
+    const R v63 = v10 - v60;
+    const R v64 = v60 * v63;
+    const R v65 = v62 + v64;
+    const R v66 = v65 + v64;
+    const R v67 = v63 * v63;
+    const R v68 = v66 + v67;
+    const R v69 = v56 + v68;
+    const R v70 = v37 - v36;
+    const R v71 = v37 - v70;
+    const R v72 = v36 - v71;
+    const R v73 = v32 - v70;
+    const R v74 = v72 + v73;
+    const R v75 = v39 - v37;
+    const R v76 = v39 - v75;
+    const R v77 = v37 - v76;
+    const R v78 = v38 - v75;
+    const R v79 = v77 + v78;
+    const R v80 = v74 + v79;
+    const R v81 = v56 - v39;
+    const R v82 = v56 - v81;
+    const R v83 = v39 - v82;
+    const R v84 = v55 - v81;
+    const R v85 = v83 + v84;
+    const R v86 = v80 + v85;
+    const R v87 = v69 - v56;
+    const R v88 = v69 - v87;
+    const R v89 = v56 - v88;
+    const R v90 = v68 - v87;
+    const R v91 = v89 + v90;
+    const R v92 = v86 + v91;
+    const R v93 = v69 + v92;
+    const R v94 = log1p_r(v93);
+    const R v95 = v7 * v94;
+    const R v96 = v30 ? v35 : v95;
+    const R v97 = v17 ? v26 : v96;
+    const R v98 = std::atan2(v12, v27);
+    const std::complex<R> v99(v97, v98);
+    return v99;
+}
+template <typename R> inline std::complex<R> exp(std::complex<R> z) {
+    const R v0 = R(0x0.0p+0);
+    const R v1 = R(0x1.0000000000000p-1);
+    const R v2 = std::numeric_limits<R>::infinity();
+    const R v3 = z.real();
+    const R v4 = std::exp(v3);
+    const bool v5 = v4 == v2;
+    const R v6 = v3 * v1;
+    const R v7 = std::exp(v6);
+    const R v8 = z.imag();
+    const R v9 = std::cos(v8);
+    const R v10 = v7 * v9;
+    const R v11 = v10 * v7;
+    const R v12 = v4 * v9;
+    const R v13 = v5 ? v11 : v12;
+    const bool v14 = v8 == v0;
+    const R v15 = std::sin(v8);
+    const R v16 = v7 * v15;
+    const R v17 = v16 * v7;
+    const R v18 = v4 * v15;
+    const R v19 = v5 ? v17 : v18;
+    const R v20 = v14 ? v0 : v19;
+    const std::complex<R> v21(v13, v20);
+    return v21;
+}
+
+// MLIR's computeAbs: |z|, sqrt(|z|) or 1/sqrt(|z|) by max * sqrt(1 + (min/max)^2).
+enum class AbsFn { abs, sqrt, rsqrt };
+template <typename R> inline R abs_parts(R re, R im, AbsFn fn) {
+    R ar = std::fabs(re), ai = std::fabs(im);
+    R mx = max_(ar, ai), mn = min_(ar, ai);
+    R ratio = mn / mx;
+    R ratio_sq_plus_one = std::fma(ratio, ratio, R(1));
+    if (fn == AbsFn::rsqrt) {
+        ratio_sq_plus_one = rsqrt_r(ratio_sq_plus_one);
+        mn = rsqrt_r(mn);
+        mx = rsqrt_r(mx);
+    }
+    R result = fn == AbsFn::sqrt ? std::sqrt(mx) * std::pow(ratio_sq_plus_one, R(0.25))
+                                 : mx * std::sqrt(ratio_sq_plus_one);
+    return std::isnan(result) ? mn : result;
+}
+template <typename R> inline R abs(std::complex<R> z) {
+    return abs_parts(z.real(), z.imag(), AbsFn::abs);
+}
+template <typename R> inline std::complex<R> sign(std::complex<R> z) {
+    R re = z.real(), im = z.imag();
+    R a = cx::abs(z);
+    return (re == 0 && im == 0) ? z : std::complex<R>(re / a, im / a);
+}
+template <typename R> inline std::complex<R> rsqrt(std::complex<R> z) {
+    const R inf = std::numeric_limits<R>::infinity();
+    R re = z.real(), im = z.imag();
+    R abs_rsqrt = abs_parts(re, im, AbsFn::rsqrt);
+    R arg = std::atan2(im, re) * R(-0.5);
+    R rr = abs_rsqrt * std::cos(arg), ri = abs_rsqrt * std::sin(arg);
+    bool zero = (std::fabs(im) == inf && std::isnan(re)) || std::fabs(re) == inf;
+    rr = zero ? std::copysign(R(0), re) : rr;
+    ri = zero ? R(-1) * std::copysign(R(0), im) : ri;
+    bool is_zero = re == 0 && im == 0;
+    return {is_zero ? inf : rr, is_zero ? std::numeric_limits<R>::quiet_NaN() : ri};
+}
+// cos(x) - 1 (cephes' cosm1 below (pi/4)^2).
+template <typename R> inline R cosm1(R x) {
+    static constexpr double k[] = {4.7377507964246204691685E-14, -1.1470284843425359765671E-11,
+                                   2.0876754287081521758361E-9, -2.7557319214999787979814E-7,
+                                   2.4801587301570552304991E-5, -1.3888888888888872993737E-3,
+                                   4.1666666666666666609054E-2};
+    R x2 = x * x, x4 = x2 * x2;
+    R poly = R(k[0]);
+    for (int i = 1; i < 7; ++i) poly = std::fma(poly, x2, R(k[i]));
+    R small = std::fma(x4, poly, R(-0.5) * x2);
+    return x2 >= R(0.61685) ? std::cos(x) + R(-1) : small;
+}
+template <typename R> inline std::complex<R> expm1(std::complex<R> z) {
+    R re = z.real(), im = z.imag();
+    R em1 = expm1_r(re);
+    R c_m1 = cosm1(im);
+    R rr = std::fma(em1, c_m1 + R(1), c_m1);
+    R ri = im == 0 ? R(0) : (em1 + R(1)) * std::sin(im);
+    return {rr, ri};
+}
+// MLIR's exp (XLA's own expansions use it: e.g. the logistic op's).
+template <typename R> inline std::complex<R> exp_mlir(std::complex<R> z) {
+    R e = std::exp(z.real());
+    return {e * std::cos(z.imag()), e * std::sin(z.imag())};
+}
+template <typename R> inline std::complex<R> tanh_parts(R re, R im) {
+    const R inf = std::numeric_limits<R>::infinity();
+    R two_re = re + re;
+    R e1 = expm1_r(two_re), e2 = expm1_r(R(-1) * two_re);
+    R real_num = e1 - e2;
+    R c = std::cos(im), s = std::sin(im);
+    R imag_num = R(4) * (c * s);
+    R sum_minus_two = e1 + e2;
+    R denom = std::fma(c * c, R(4), sum_minus_two);
+    R rr = sum_minus_two == inf ? std::copysign(R(1), re) : real_num / denom;
+    R ri = imag_num / denom;
+    bool re_inf = std::fabs(re) == inf, num_nan = std::isnan(imag_num);
+    if (num_nan && !re_inf) rr = std::numeric_limits<R>::quiet_NaN();
+    if (im == 0 || (re_inf && num_nan)) ri = R(0);
+    return {rr, ri};
+}
+template <typename R> inline std::complex<R> tanh(std::complex<R> z) {
+    return tanh_parts(z.real(), z.imag());
+}
+template <typename R> inline std::complex<R> tan(std::complex<R> z) {  // -i tanh(iz)
+    std::complex<R> t = tanh_parts(z.imag() * R(-1), z.real());
+    return {t.imag(), t.real() * R(-1)};
+}
+template <typename R> inline std::complex<R> sin(std::complex<R> z) {
+    R e = std::exp(z.imag());
+    R scaled = R(0.5) * e, reciprocal = R(0.5) / e;
+    return {(scaled + reciprocal) * std::sin(z.real()),
+            (scaled - reciprocal) * std::cos(z.real())};
+}
+template <typename R> inline std::complex<R> cos(std::complex<R> z) {
+    R e = std::exp(z.imag());
+    R scaled = R(0.5) * e, reciprocal = R(0.5) / e;
+    return {(reciprocal + scaled) * std::cos(z.real()),
+            (reciprocal - scaled) * std::sin(z.real())};
+}
+template <typename R> inline std::complex<R> pow(std::complex<R> x, std::complex<R> y) {
+    using C = std::complex<R>;
+    const R inf = std::numeric_limits<R>::infinity();
+    R a = x.real(), b = x.imag(), c = y.real(), d = y.imag();
+    R r = cx::abs(x);
+    R arg = std::atan2(b, a);
+    R coeff = std::pow(r, c) * std::exp(-d * arg);
+    R q = std::fma(c, arg, d * log_r(r));
+    C result(coeff * std::cos(q), coeff * std::sin(q));
+    if (r == 0 && d == 0 && 0 <= c) result = c == 0 ? C(1, 0) : C(0, 0);
+    if (c == 0 && d == 0) result = C(1, 0);
+    if (a == 1 && b == 0) result = C(1, 0);
+    if (a == inf && b == 0 && d == 0 && c > 0) result = C(inf, 0);
+    if (a == inf && b == 0 && d == 0 && c < 0) result = C(0, 0);
+    return result;
+}
+// MLIR's sqrt and log (used by its atan2).
+template <typename R> inline std::complex<R> sqrt_mlir(std::complex<R> z) {
+    const R inf = std::numeric_limits<R>::infinity();
+    R re = z.real(), im = z.imag();
+    R abs_sqrt = abs_parts(re, im, AbsFn::sqrt);
+    R half_arg = std::atan2(im, re) * R(0.5);
+    R c = std::cos(half_arg), s = std::sin(half_arg);
+    R rr = abs_sqrt * c;
+    R ri = s == 0 ? R(0) : abs_sqrt * s;
+    R abs_im = std::fabs(im);
+    if (re == -inf && abs_im != inf && !std::isnan(abs_im)) rr = R(0);
+    if (abs_im == inf || re == inf) rr = inf;
+    if (std::isnan(abs_sqrt)) ri = std::numeric_limits<R>::quiet_NaN();
+    if (abs_im == inf || re == -inf) ri = std::copysign(inf, im);
+    if (abs_sqrt == 0) rr = ri = R(0);
+    return {rr, ri};
+}
+template <typename R> inline std::complex<R> log_mlir(std::complex<R> z) {
+    return {log_r(cx::abs(z)), std::atan2(z.imag(), z.real())};
+}
+template <typename R> inline std::complex<R> atan2(std::complex<R> y, std::complex<R> x) {
+    using C = std::complex<R>;
+    C sum = h2d::add(cx::mul(x, x), cx::mul(y, y));
+    C ratio = cx::div(h2d::add(x, cx::mul(C(0, 1), y)), cx::sqrt_mlir(sum));
+    return cx::mul(C(0, -1), cx::log_mlir(ratio));
+}
+}  // namespace cx
+
+// The element types' functions: complex arguments go to cx::.
+template <typename T> inline T rsqrt(T a) {
+    if constexpr (is_complex<T>) return cx::rsqrt(a); else return rsqrt_r(a);
+}
+template <typename T> inline T sqrt_(T a) {
+    if constexpr (is_complex<T>) return cx::sqrt(a); else return std::sqrt(a);
+}
+template <typename T> inline T exp_(T a) {
+    if constexpr (is_complex<T>) return cx::exp(a); else return std::exp(a);
+}
 template <typename T> inline T expm1_(T a) {
-    if constexpr (is_complex<T>) return std::exp(a) - T(1);
-    else return std::expm1(a);
+    if constexpr (is_complex<T>) return cx::expm1(a); else return expm1_r(a);
+}
+template <typename T> inline T tanh_(T a) {
+    if constexpr (is_complex<T>) return cx::tanh(a); else return tanh_r(a);
+}
+template <typename T> inline T tan_(T a) {
+    if constexpr (is_complex<T>) return cx::tan(a); else return std::tan(a);
+}
+template <typename T> inline T sin_(T a) {
+    if constexpr (is_complex<T>) return cx::sin(a); else return std::sin(a);
+}
+template <typename T> inline T cos_(T a) {
+    if constexpr (is_complex<T>) return cx::cos(a); else return std::cos(a);
+}
+template <typename T> inline T log_(T a) {
+    if constexpr (is_complex<T>) return cx::log(a); else return log_r(a);
 }
 template <typename T> inline T log1p_(T a) {
-    if constexpr (is_complex<T>) return std::log(a + T(1));
-    else return std::log1p(a);
+    if constexpr (is_complex<T>) return cx::log1p(a); else return log1p_r(a);
 }
-template <typename T> inline T cbrt_(T a) { return std::cbrt(a); }
+template <typename T> inline T atan2_(T a, T b) {
+    if constexpr (is_complex<T>) return cx::atan2(a, b); else return std::atan2(a, b);
+}
+// The exponential inside XLA's own expansion of the logistic op.
+template <typename T> inline T exp_logistic(T a) {
+    if constexpr (is_complex<T>) return cx::exp_mlir(a); else return std::exp(a);
+}
 template <typename T> inline bool is_finite(T a) { return std::isfinite(a); }
 
 // ------------------------------------------------------------------ comparison

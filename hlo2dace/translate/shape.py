@@ -111,10 +111,23 @@ def reshape(b: Builder, op: ir.Op) -> None:
     if isinstance(source, Literal):
         b.bind(op.result, Literal(source.value, op.result.type))
         return
-    source = b.array(operand)
     target = b.result_array(op.result)
     flat = flat_index(result_shape, map_params(len(result_shape)))
-    b.indexed_map("reshape", target, {"__src": source}, {}, f"__out = __src[{flat}];")
+    lines = [f"const int64_t __flat = {flat};"]
+    if isinstance(source, View):
+        # read the view's source in place: the operand's index from the row-major
+        # position, then the source's index from the view's axes
+        stride = 1
+        for d in reversed(range(len(source_shape))):
+            lines.append(f"const int64_t __o{d} = (__flat / {stride}LL) % {source_shape[d]}LL;")
+            stride *= source_shape[d]
+        indices = [str(axis.offset) if axis.dim is None else
+                   f"{axis.offset} + {axis.stride} * __o{axis.dim}" for axis in source.axes]
+        lines.append(f"__out = __src[{flat_index(source.source.type.shape, indices)}];")
+        source = source.source
+    else:
+        lines.append("__out = __src[__flat];")
+    b.indexed_map("reshape", target, {"__src": source}, {}, "\n".join(lines))
     b.bind(op.result, target)
 
 
@@ -122,12 +135,21 @@ def reshape(b: Builder, op: ir.Op) -> None:
 def concatenate(b: Builder, op: ir.Op) -> None:
     dimension = int(op.attr("dimension"))
     target = b.result_array(op.result)
-    offset = 0
+    offset, written = 0, []
     for operand in op.operands:
         offsets = [0] * op.result.type.rank
         offsets[dimension] = offset
         b.copy_into(b.operand(operand), target, offsets)
         offset += operand.type.shape[dimension]
+        if operand.type.size:
+            written.append(b.read(target.name))  # the access node the copy wrote
+    # every piece into ONE access node, so that readers of the result depend on all
+    for node in written[:-1]:
+        if node is not written[-1]:
+            for edge in b.state.in_edges(node):
+                b.state.add_edge(edge.src, edge.src_conn, written[-1], edge.dst_conn,
+                                 edge.data)
+            b.state.remove_node(node)
     b.bind(op.result, target)
 
 

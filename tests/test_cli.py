@@ -1,0 +1,239 @@
+"""The ``hlo2dace`` command line: convert, run, compare and test, on every input format the
+frontend accepts (MLIR text from JAX, ``Exported.serialize()`` bytes, a StableHLO portable
+artifact), and its error exits. Runs ``hlo2dace.cli.main`` in-process, plus one run of the
+installed console script."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+from jax import export
+from jaxlib.mlir.dialects import stablehlo
+
+from hlo2dace import cli
+
+
+def _f(x, y):
+    return jnp.sin(x) * y + 1.0, (x > 0).astype(jnp.int32)
+
+
+ARGS = (np.linspace(-2, 2, 12, dtype=np.float32).reshape(3, 4),
+        np.arange(12, dtype=np.float32).reshape(3, 4))
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    """The same function as JAX text, serialized Exported, and portable artifact; its
+    inputs; a malformed file; a module with an op hlo2dace does not translate."""
+    folder = tmp_path_factory.mktemp("cli")
+    text = jax.jit(_f).lower(*ARGS).as_text()
+    (folder / "f.mlir").write_text(text)
+    (folder / "f.exported").write_bytes(export.export(jax.jit(_f))(*ARGS).serialize())
+    (folder / "f.vhlo").write_bytes(
+        stablehlo.serialize_portable_artifact_str(text, stablehlo.get_current_version()))
+    np.savez(folder / "inputs.npz", arg_0=ARGS[0], arg_1=ARGS[1])
+    (folder / "malformed.mlir").write_text("func.func @main( {\n  return\n}\n")
+    (folder / "unsupported.mlir").write_text(textwrap.dedent("""\
+        func.func @main(%x: tensor<2xf32>) -> tensor<2xf32> {
+          %0 = stablehlo.custom_call @no_such_target(%x) : (tensor<2xf32>) -> tensor<2xf32>
+          return %0 : tensor<2xf32>
+        }
+        """))
+    return folder
+
+
+FORMATS = ("f.mlir", "f.exported", "f.vhlo")
+
+
+def _expected():
+    return [np.asarray(r) for r in jax.jit(_f)(*ARGS)]
+
+
+def test_inputs_are_the_formats_they_claim(files):
+    assert (files / "f.mlir").read_text().lstrip().startswith("module @jit__f")
+    assert (files / "f.vhlo").read_bytes().startswith(b"ML\xefR")
+    assert not (files / "f.exported").read_bytes().startswith(b"ML\xefR")
+
+
+@pytest.mark.parametrize("output", ["out.sdfgz", "out.sdfg"])
+def test_convert_writes_a_loadable_sdfg(files, tmp_path, capsys, output):
+    import dace
+
+    target = tmp_path / output
+    assert cli.main(["convert", str(files / "f.mlir"), "-o", str(target)]) == 0
+    assert f"wrote {target}" in capsys.readouterr().out
+    sdfg = dace.SDFG.from_file(str(target))
+    assert isinstance(sdfg, dace.SDFG) and len(sdfg.arrays) >= 4
+
+
+def test_convert_default_output_name(files, tmp_path):
+    source = tmp_path / "g.vhlo"
+    shutil.copy(files / "f.vhlo", source)
+    assert cli.main(["convert", str(source)]) == 0
+    assert (tmp_path / "g.sdfgz").is_file()
+
+
+@pytest.mark.parametrize("name", FORMATS)
+def test_run_prints_results(files, capsys, name):
+    assert cli.main(["run", str(files / name), "--inputs", str(files / "inputs.npz")]) == 0
+    out = capsys.readouterr().out
+    assert "result 0: float32[3, 4]" in out and "result 1: int32[3, 4]" in out
+    assert "[[0 0 0 0]" in out  # x > 0 of the first row
+
+
+@pytest.mark.parametrize("name", FORMATS)
+def test_run_saves_results(files, tmp_path, capsys, name):
+    target = tmp_path / "results.npz"
+    assert cli.main(["run", str(files / name), "--inputs", str(files / "inputs.npz"),
+                     "-o", str(target)]) == 0
+    assert f"wrote 2 results to {target}" in capsys.readouterr().out
+    with np.load(target) as saved:
+        assert saved.files == ["result_0", "result_1"]
+        expected = _expected()
+        np.testing.assert_allclose(saved["result_0"], expected[0], rtol=1e-6)
+        np.testing.assert_array_equal(saved["result_1"], expected[1])
+        assert saved["result_0"].dtype == np.float32 and saved["result_1"].dtype == np.int32
+
+
+def test_run_takes_positional_npz_arrays(files, tmp_path, capsys):
+    np.savez(tmp_path / "positional.npz", *ARGS)  # arr_0, arr_1
+    assert cli.main(["run", str(files / "f.mlir"), "--inputs",
+                     str(tmp_path / "positional.npz")]) == 0
+    assert "result 1: int32[3, 4]" in capsys.readouterr().out
+
+
+def test_run_needs_inputs(files, tmp_path, capsys):
+    assert cli.main(["run", str(files / "f.mlir")]) == 2
+    assert "takes 2 argument(s)" in capsys.readouterr().err
+    np.savez(tmp_path / "one.npz", arg_0=ARGS[0])
+    assert cli.main(["run", str(files / "f.mlir"), "--inputs", str(tmp_path / "one.npz")]) == 2
+    assert "holds 1 array(s)" in capsys.readouterr().err
+
+
+def test_compare_agrees_on_random_inputs_of_every_dtype(tmp_path, capsys):
+    def g(a, b, c, d, e, h):
+        return a & (c > 0), b + 1, c * 2, d * 3, e + e, h * 2
+
+    args = (np.ones(5, bool), np.ones(5, np.uint32), np.ones(5, np.int8),
+            np.ones(5, np.complex64), np.ones(5, ml_dtypes.bfloat16), np.ones(5, np.float64))
+    path = tmp_path / "g.mlir"
+    path.write_text(jax.jit(g).lower(*args).as_text())
+    assert cli.main(["compare", str(path)]) == 0
+    out = capsys.readouterr().out
+    for dtype in ("bool", "uint32", "int8", "complex64", "bfloat16", "float64"):
+        assert dtype in out
+    assert "median call" in out
+
+
+def test_compare_exit_status_on_disagreement(files, capsys, monkeypatch):
+    from hlo2dace import xla
+
+    call = xla.XlaModule.__call__
+    monkeypatch.setattr(xla.XlaModule, "__call__",
+                        lambda self, *a: [r + 1 for r in call(self, *a)])
+    assert cli.main(["compare", str(files / "f.vhlo")]) == 1
+    capsys.readouterr()
+
+
+def test_random_inputs_by_dtype():
+    dtypes = (np.bool_, np.uint16, np.int32, np.float32, np.complex128, ml_dtypes.bfloat16)
+    specs = [type("Spec", (), {"dtype": np.dtype(d).name, "shape": (4, 50)})() for d in dtypes]
+    arrays = cli.random_inputs(specs, seed=1)
+    assert [a.dtype for a in arrays] == [np.dtype(d) for d in dtypes]
+    assert all(a.shape == (4, 50) for a in arrays)
+    assert arrays[0].any() and not arrays[0].all()
+    assert arrays[1].min() >= 0 and arrays[2].min() < 0
+    assert np.all(arrays[4].imag != 0) and np.isfinite(arrays[5].astype(np.float32)).all()
+    again = cli.random_inputs(specs, seed=1)
+    assert all(np.array_equal(a, b) for a, b in zip(arrays, again))
+
+
+CHECK_FILE = """\
+// RUN: stablehlo-translate --interpret -split-input-file %s
+
+func.func @good() {
+  %x = stablehlo.constant dense<[1.0, -2.0, 0.5]> : tensor<3xf32>
+  %y = stablehlo.multiply %x, %x : tensor<3xf32>
+  check.expect_almost_eq_const %y, dense<[1.0, 4.0, 0.25]> : tensor<3xf32>
+  func.return
+}
+
+// -----
+
+func.func @bad() {
+  %x = stablehlo.constant dense<[1, 2, 3]> : tensor<3xi32>
+  %y = stablehlo.add %x, %x : tensor<3xi32>
+  check.expect_eq_const %y, dense<[2, 4, 7]> : tensor<3xi32>
+  func.return
+}
+"""
+
+
+def test_test_command_pass_and_fail(tmp_path, capsys):
+    path = tmp_path / "checks.mlir"
+    path.write_text(CHECK_FILE)
+    assert cli.main(["test", str(path)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "PASS  checks.mlir::good"
+    assert lines[1].startswith("FAIL  checks.mlir::bad  (check 0")
+    assert "got np.int32(6), expected np.int32(7)" in lines[1]
+    assert lines[-1] == "1 passed, 1 failed, 0 skipped"
+
+
+def test_test_command_all_passing(tmp_path, capsys):
+    path = tmp_path / "good.mlir"
+    path.write_text(CHECK_FILE.split("// -----")[0])
+    assert cli.main(["test", "--separate", str(path)]) == 0
+    assert capsys.readouterr().out.splitlines() == ["PASS  good.mlir::good",
+                                                    "1 passed, 0 failed, 0 skipped"]
+
+
+def test_test_command_missing_file(tmp_path, capsys):
+    assert cli.main(["test", str(tmp_path / "nothing.mlir")]) == 2
+    assert "no such file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["convert", "run"])
+def test_malformed_file(files, capsys, command):
+    assert cli.main([command, str(files / "malformed.mlir")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("hlo2dace: error: invalid StableHLO text") and "line 1" in err
+
+
+@pytest.mark.parametrize("command", ["convert", "run"])
+def test_unsupported_op(files, capsys, command):
+    assert cli.main([command, str(files / "unsupported.mlir")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("hlo2dace: error:") and "stablehlo.custom_call" in err
+
+
+def test_missing_input_file(tmp_path, capsys):
+    assert cli.main(["run", str(tmp_path / "absent.mlir")]) == 2
+    assert "No such file" in capsys.readouterr().err
+
+
+def test_console_script(files, tmp_path):
+    script = shutil.which("hlo2dace", path=str(Path(sys.executable).parent)) \
+        or shutil.which("hlo2dace")
+    if script is None:
+        pytest.skip("the hlo2dace console script is not installed (pip install -e .)")
+    target = tmp_path / "saved.npz"
+    done = subprocess.run([script, "run", str(files / "f.exported"), "--inputs",
+                           str(files / "inputs.npz"), "-o", str(target)],
+                          capture_output=True, text=True, timeout=300, env=dict(os.environ))
+    assert done.returncode == 0, done.stderr
+    with np.load(target) as saved:
+        np.testing.assert_allclose(saved["result_0"], _expected()[0], rtol=1e-6)
+    bad = subprocess.run([script, "convert", str(files / "malformed.mlir")],
+                         capture_output=True, text=True, timeout=300, env=dict(os.environ))
+    assert bad.returncode == 2 and "hlo2dace: error:" in bad.stderr
