@@ -28,7 +28,8 @@ def _specs(types: Sequence[ir.Type], names: Sequence[str], what: str):
             raise UnsupportedError("func.func", f"{what} {i} of type {t}")
         element = dtypes.of(t, "func.func")
         specs.append(runtime.TensorSpec(name, tuple(t.shape), element.numpy.name,
-                                        element.storage_numpy.name))
+                                        element.storage_numpy.name,
+                                        bits=element.narrow_bits is None))
     return specs
 
 

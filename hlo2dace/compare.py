@@ -13,22 +13,25 @@ import numpy as np
 
 def ulp_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Units in the last place between two float arrays of one dtype (complex: the larger
-    of the real and imaginary parts). NaN against NaN is 0, NaN against a number is inf;
-    -0.0 and +0.0 are 0 apart."""
+    of the real and imaginary parts), counted exactly on the ordered bit patterns and
+    returned as float64. NaN against NaN is 0, NaN against a number is inf; -0.0 and +0.0
+    are 0 apart."""
     a, b = np.asarray(a), np.asarray(b)
     if np.iscomplexobj(a):
         return np.maximum(ulp_distance(a.real, b.real), ulp_distance(a.imag, b.imag))
     width = a.dtype.itemsize
     signed = np.dtype(f"i{width}")
-    mask = np.iinfo(signed).max
+    magnitude_mask = np.iinfo(signed).max
 
-    def ordered(x):
-        i = np.ascontiguousarray(x).view(signed).astype(np.int64) if width < 8 \
-            else np.ascontiguousarray(x).view(np.int64)
-        magnitude = i & mask
-        return np.where(i < 0, -magnitude.astype(np.float64), magnitude.astype(np.float64))
+    def ordered(x):  # sign-magnitude bits -> two's complement order, as int64
+        bits = np.ascontiguousarray(x).view(signed).astype(np.int64)
+        magnitude = bits & magnitude_mask
+        return np.where(bits < 0, -magnitude, magnitude)
 
-    distance = np.abs(ordered(a) - ordered(b))
+    ka, kb = ordered(a), ordered(b)
+    # |ka - kb| can exceed int64 for 64-bit floats: subtract in uint64, modulo 2^64
+    hi, lo = np.maximum(ka, kb).astype(np.uint64), np.minimum(ka, kb).astype(np.uint64)
+    distance = (hi - lo).astype(np.float64)
     nan_a, nan_b = np.isnan(a.astype(np.float32) if width == 2 else a), \
         np.isnan(b.astype(np.float32) if width == 2 else b)
     distance = np.where(nan_a & nan_b, 0.0, distance)

@@ -67,6 +67,9 @@ class TensorSpec:
     shape: tuple[int, ...]
     dtype: str
     storage: str
+    #: True: the storage holds the dtype's bit pattern (f16/bf16 as uint16), reinterpreted;
+    #: False: values are converted (2- and 4-bit integers widened to a byte)
+    bits: bool = True
 
     @property
     def storage_shape(self) -> tuple[int, ...]:
@@ -77,14 +80,13 @@ class TensorSpec:
         if array.dtype != dtype:
             array = array.astype(dtype)
         if storage != dtype:
-            same_width = storage.itemsize == dtype.itemsize
-            array = array.view(storage) if same_width else array.astype(storage)
+            array = array.view(storage) if self.bits else array.astype(storage)
         return np.ascontiguousarray(array).reshape(self.storage_shape)
 
     def from_storage(self, array: np.ndarray) -> np.ndarray:
         dtype, storage = np.dtype(self.dtype), np.dtype(self.storage)
         if storage != dtype:
-            array = array.view(dtype) if storage.itemsize == dtype.itemsize else array.astype(dtype)
+            array = array.view(dtype) if self.bits else array.astype(dtype)
         return array.reshape(self.shape)
 
 

@@ -1,7 +1,9 @@
-// StableHLO elementwise semantics in C++, as XLA computes them on the CPU.
+// StableHLO elementwise semantics in C++, as XLA computes them on the CPU (where XLA and
+// the StableHLO spec disagree, XLA wins: tests/test_elementwise.py compares with jax.jit).
 // Prepended to every generated program (sdfg.append_global_code). Integer arithmetic
 // goes through unsigned types so overflow wraps instead of being undefined behaviour;
-// division, remainder and shifts give the spec's results for every input.
+// division, remainder and shifts give XLA's results for every input; complex functions
+// follow XLA's own expansions (namespace cx).
 #include <cmath>
 #include <complex>
 #include <cstdint>
@@ -54,7 +56,9 @@ template <typename To, typename From> inline To bit_cast(From x) {
 
 // Denormals as XLA's arithmetic sees them under FTZ/DAZ. Bit operations, so that they work
 // whatever the floating-point mode: `flush` turns a denormal into a zero of its sign.
-template <typename T> struct bits_of { using type = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>; };
+template <typename T> struct bits_of {
+    using type = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
+};
 template <typename T> inline bool is_denormal(T x) {
     if constexpr (std::is_floating_point_v<T>) {
         using I = typename bits_of<T>::type;
@@ -380,7 +384,9 @@ template <typename R> inline R log1p_r(R a) { return std::log1p(flush(a)); }
 // Complex functions, computed as XLA computes them, in two families:
 // * sqrt, log, log1p and exp: XLA expands these with StableHLO's
 //   stablehlo-complex-math-expander pass when it imports a module; the functions below are
-//   that pass's expansion, transcribed op by op (regenerate them from the pass's output);
+//   that pass's expansion (jaxlib's, for complex<f32> and complex<f64>: they differ only in
+//   constants), transcribed op by op by a script, with XLA's rewrite of x / c into
+//   x * (1 / c) and of (x * c0) * c1 into x * (c0 * c1) for constants c;
 // * the others with MLIR's complex-to-standard lowering, in which LLVM contracts a product
 //   feeding an addition into an fma (hence the std::fma calls: -ffp-contract=off here).
 namespace cx {
