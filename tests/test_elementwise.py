@@ -439,12 +439,26 @@ def test_bitcast_convert():
     assert not wrong, f"bit patterns differ: {wrong}"
 
 
-@pytest.mark.xfail(raises=UnsupportedError, strict=True,
-                   reason="bitcast_convert between element types of different widths changes "
-                          "the shape; the builder does not translate it yet")
 def test_bitcast_convert_changing_width():
-    x = np.arange(4, dtype=np.float32)
-    assert_matches_xla(lambda x: lax.bitcast_convert_type(x, jnp.uint8), x)
+    """Wide to narrow adds a last dimension of the bytes in memory order, narrow to wide
+    removes it; float types (NaN payloads included) and integers."""
+    rng = np.random.default_rng(3)
+    x32 = special_values(np.float32, rng)[:12].reshape(3, 4)
+    x64 = special_values(np.float64, rng)[:6]
+    h16 = special_values(np.float16, rng)[:8].reshape(2, 4)
+
+    def fun(x32, x64, h16):
+        return {"f32->u8": lax.bitcast_convert_type(x32, jnp.uint8),
+                "f32->bf16": lax.bitcast_convert_type(x32, jnp.bfloat16),
+                "f64->i16": lax.bitcast_convert_type(x64, jnp.int16),
+                "f64->f32": lax.bitcast_convert_type(x64, jnp.float32),
+                "u8->f32": lax.bitcast_convert_type(
+                    lax.bitcast_convert_type(x32, jnp.uint8), jnp.float32),
+                "f16->u8": lax.bitcast_convert_type(h16, jnp.uint8),
+                "0d->u16": lax.bitcast_convert_type(x32[0, 0], jnp.uint16),
+                "pairs->f64": lax.bitcast_convert_type(x32.reshape(6, 2), jnp.float64)}
+
+    assert_matches_xla(fun, x32, x64, h16)
 
 
 @pytest.mark.filterwarnings("ignore:Casting complex values to real")

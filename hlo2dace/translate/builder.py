@@ -451,7 +451,7 @@ class Builder:
 
     def translate_op(self, op: ir.Op) -> None:
         self.current_op = op
-        rule = registry.elementwise_rule(op.name)
+        rule = registry.elementwise_rule(op)
         if rule is not None:
             t = op.results[0].type
             if not isinstance(t, ir.TensorType) or not t.is_static:

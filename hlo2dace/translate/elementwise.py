@@ -145,12 +145,16 @@ def _convert(op, args, ins, out: ElementType):
     return f"h2d::convert<{out.compute}>({x})"
 
 
+def _same_width(op) -> bool:
+    """bitcast_convert is elementwise when the widths agree (the ranks then do too)."""
+    return op.operands[0].type.rank == op.result.type.rank
+
+
 def _bitcast(op, args, ins, out: ElementType):
     (source,) = ins
-    if (source.storage.bytes != out.storage.bytes
-            or bool(source.narrow_bits) != bool(out.narrow_bits)):
-        raise UnsupportedError(op.name, f"bitcast from {source.element} to {out.element} "
-                               "changes the element width (not supported yet)", op.location)
+    if bool(source.narrow_bits) != bool(out.narrow_bits):
+        raise UnsupportedError(op.name, f"bitcast between {source.element} and {out.element}",
+                               op.location)
     bits = f"h2d::bit_cast<{out.storage.ctype}>({source.store(args[0])})"
     return out.load(bits)
 
@@ -207,4 +211,5 @@ def _from_template(template: str):
 for _name, _template in TEMPLATES.items():
     register_elementwise(f"stablehlo.{_name}", _from_template(_template))
 for _name, _function in FUNCTIONS.items():
-    register_elementwise(f"stablehlo.{_name}", _function)
+    register_elementwise(f"stablehlo.{_name}", _function,
+                         when=_same_width if _name == "bitcast_convert" else None)

@@ -60,7 +60,7 @@ def _emit_map(b: Builder, cluster: ElementwiseCluster, outputs: dict, users_insi
     scalars: dict[tuple[int, str], dace.nodes.AccessNode] = {}
     for op, scope in cluster.members:
         b.current_op = op
-        rule = registry.elementwise_rule(op.name)
+        rule = registry.elementwise_rule(op)
         (result,) = op.results
         out_type = dtypes.of(result.type, op.name, op.location)
         in_types = [dtypes.of(v.type, op.name, op.location) for v in op.operands]

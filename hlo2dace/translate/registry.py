@@ -26,6 +26,9 @@ class ElementwiseRule:
 
     expression: Callable
     family: str
+    #: ``when(op)``: whether this op is elementwise at all; if not, the op translator
+    #: registered under the same name handles it (bitcast_convert between widths)
+    when: Callable | None = None
 
 
 @dataclass(frozen=True)
@@ -47,7 +50,8 @@ def register(*names: str):
 
     def decorate(fn):
         for name in names:
-            if name in _OPS or name in _ELEMENTWISE:
+            rule = _ELEMENTWISE.get(name)
+            if name in _OPS or (rule is not None and rule.when is None):
                 raise ValueError(f"{name} is registered twice")
             _OPS[name] = OpTranslator(fn, _family_of(fn))
         return fn
@@ -55,14 +59,19 @@ def register(*names: str):
     return decorate
 
 
-def register_elementwise(name: str, expression: Callable, family: str = "elementwise"):
-    if name in _OPS or name in _ELEMENTWISE:
+def register_elementwise(name: str, expression: Callable, family: str = "elementwise",
+                         when: Callable | None = None):
+    if name in _ELEMENTWISE or (name in _OPS and when is None):
         raise ValueError(f"{name} is registered twice")
-    _ELEMENTWISE[name] = ElementwiseRule(expression, family)
+    _ELEMENTWISE[name] = ElementwiseRule(expression, family, when)
 
 
-def elementwise_rule(name: str) -> ElementwiseRule | None:
-    return _ELEMENTWISE.get(name)
+def elementwise_rule(op: ir.Op) -> ElementwiseRule | None:
+    """The op's elementwise rule, or None if it is translated by an op translator."""
+    rule = _ELEMENTWISE.get(op.name)
+    if rule is None or (rule.when is not None and not rule.when(op)):
+        return None
+    return rule
 
 
 def translator(op: ir.Op) -> OpTranslator:
@@ -75,6 +84,6 @@ def translator(op: ir.Op) -> OpTranslator:
 
 def supported_ops() -> dict[str, str]:
     """Every registered op name and the family that translates it."""
-    table = {name: t.family for name, t in _OPS.items()}
-    table.update({name: r.family for name, r in _ELEMENTWISE.items()})
+    table = {name: r.family for name, r in _ELEMENTWISE.items()}
+    table.update({name: t.family for name, t in _OPS.items() if name not in table})
     return dict(sorted(table.items()))

@@ -232,6 +232,29 @@ def dynamic_update_slice(b: Builder, op: ir.Op) -> None:
     b.bind(op.result, target)
 
 
+@register("stablehlo.bitcast_convert")
+def bitcast_convert(b: Builder, op: ir.Op) -> None:
+    """Between element widths (same widths are elementwise): the bytes of each wide
+    element are the narrow elements along a new last dimension, in memory order."""
+    (operand,) = op.operands
+    source_type, result_type = operand.type, op.result.type
+    for t in (source_type, result_type):
+        element = dtypes.of(t, op.name, op.location)
+        if element.narrow_bits or element.is_bool:
+            raise b.unsupported(f"bitcast of {t.element} to another width")
+    source, target = b.array(operand), b.result_array(op.result)
+    if result_type.rank > source_type.rank:  # wide -> narrow: [...] -> [..., k]
+        wide = flat_index(source_type.shape, map_params(source_type.rank))
+        part = f"__i{result_type.rank - 1}"
+        code = (f"std::memcpy(&__out, reinterpret_cast<const char*>(&__src[{wide}]) + "
+                f"{part} * sizeof(__out), sizeof(__out));")
+    else:  # narrow -> wide: [..., k] -> [...]
+        first = flat_index(source_type.shape, map_params(result_type.rank) + ["0"])
+        code = f"std::memcpy(&__out, &__src[{first}], sizeof(__out));"
+    b.indexed_map("bitcast", target, {"__src": source}, {}, code)
+    b.bind(op.result, target)
+
+
 @register("stablehlo.optimization_barrier")
 def optimization_barrier(b: Builder, op: ir.Op) -> None:
     for operand, result in zip(op.operands, op.results):
