@@ -35,13 +35,16 @@ def _specs(types: Sequence[ir.Type], names: Sequence[str], what: str):
 
 @functools.lru_cache(maxsize=1)
 def translator_fingerprint() -> str:
-    """A digest of hlo2dace's own sources: a changed translator never reuses old binaries."""
+    """A digest of the sources that decide what a module compiles to (frontend, IR,
+    translators, runtime): a changed translator never reuses old binaries, while editing
+    the CLI or the test runner keeps them."""
     import hashlib
     from pathlib import Path
 
     package = Path(__file__).resolve().parent
     digest = hashlib.sha256()
-    files = sorted([*package.rglob("*.py"), *package.rglob("*.h"),
+    files = sorted([package / "ir.py", package / "runtime.py",
+                    *(package / "frontend").glob("*.py"), *(package / "translate").glob("*.*"),
                     *(package.parent / "grammar").glob("*.lark")])
     for path in files:
         digest.update(path.read_bytes())

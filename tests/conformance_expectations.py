@@ -27,8 +27,6 @@ DOT_GENERAL = ("dot_general with batch dimensions or with no/several contracting
                "(outer product): the general dot_general is not translated yet; only one "
                "contracting dimension without batch is")
 COMPOSITE = "composite: not translated yet (calling its decomposition would do)"
-BITCAST_WIDTH = ("bitcast_convert between element widths (i1 <-> i64, f64 -> i1, "
-                 "complex<f64> -> complex<f32>): not supported yet")
 
 # ------------------------------------------------------------------ types not supported
 NARROW_FLOAT = ("sub-byte and 8-bit float types (f4E2M1FN, f6E2M3FN, f6E3M2FN, f8E3M4, "
@@ -43,9 +41,6 @@ CEIL_DENORMAL = ("denormals flushed to zero (FTZ/DAZ, as XLA's CPU backend does;
 FLOOR_DENORMAL = ("denormals flushed to zero (FTZ/DAZ, as XLA's CPU backend does; the "
                   "interpreter keeps them): floor of the smallest negative subnormal (bf16 "
                   "0x8001, f32 0x80000001, f64 0x8000000000000001) gives -0.0, expected -1.0")
-CBRT_COMPLEX = ("translator bug (elementwise): cbrt of complex<f64> emits "
-                "std::cbrt(dace::complex128), a C++ compile error (no matching function); "
-                "expected cbrt((3, 4)) = (1.6289371459221759, 0.5201745023045458)")
 MINMAX_COMPLEX = ("complex maximum/minimum: hlo2dace follows XLA, which compares the real "
                   "parts only (ties keep the left operand); the spec and the interpreter order "
                   "(real, imag) lexicographically: minimum((1.5, 7.5), (1.5, 2.5)) gives "
@@ -163,12 +158,6 @@ EXPECTED_FAILURES: dict[str, str] = {
         "composite.mlir::main",
     ),
     **_each(
-        BITCAST_WIDTH,
-        "bitcast_convert.mlir::bitcast_convert_op_test_i1_to_i64",
-        "bitcast_convert.mlir::bitcast_convert_op_test_f64_to_i1",
-        "bitcast_convert.mlir::bitcast_convert_op_test_c128_to_c64",
-    ),
-    **_each(
         NARROW_FLOAT,
         "constant.mlir::constant_op_test_f4_e2m1fn",
         "constant.mlir::constant_op_test_f6_e2m3fn",
@@ -211,10 +200,6 @@ EXPECTED_FAILURES: dict[str, str] = {
         "maximum.mlir::max_op_test_c128",
         "minimum.mlir::min_op_test_c64",
         "minimum.mlir::min_op_test_c128",
-    ),
-    **_each(
-        CBRT_COMPLEX,
-        "cbrt.mlir::cbrt_op_test_c128",
     ),
     **_each(
         REDUCE_PRECISION_NAN,

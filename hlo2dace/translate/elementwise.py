@@ -57,9 +57,8 @@ def _remainder(op, args, ins, out: ElementType):
 
 
 def _cbrt(op, args, ins, out: ElementType):
-    if out.is_complex:  # the spec allows it; XLA rejects it and JAX never emits it
-        raise UnsupportedError(op.name, "cbrt of complex numbers", op.location,
-                               ["floating-point cbrt"])
+    if out.is_complex:  # the spec's principal cube root (XLA rejects it; JAX never emits it)
+        return f"std::exp(std::log({args[0]}) / {out.compute}(3))"
     return f"std::cbrt({args[0]})"
 
 

@@ -234,23 +234,33 @@ def dynamic_update_slice(b: Builder, op: ir.Op) -> None:
 
 @register("stablehlo.bitcast_convert")
 def bitcast_convert(b: Builder, op: ir.Op) -> None:
-    """Between element widths (same widths are elementwise): the bytes of each wide
-    element are the narrow elements along a new last dimension, in memory order."""
+    """Between element widths (same widths are elementwise): the narrow elements of each
+    wide element lie along a new last dimension, in memory (little-endian) order; an i1
+    element is one bit, least significant first."""
     (operand,) = op.operands
     source_type, result_type = operand.type, op.result.type
     for t in (source_type, result_type):
-        element = dtypes.of(t, op.name, op.location)
-        if element.narrow_bits or element.is_bool:
+        if dtypes.of(t, op.name, op.location).narrow_bits:
             raise b.unsupported(f"bitcast of {t.element} to another width")
     source, target = b.array(operand), b.result_array(op.result)
     if result_type.rank > source_type.rank:  # wide -> narrow: [...] -> [..., k]
-        wide = flat_index(source_type.shape, map_params(source_type.rank))
+        wide = f"&__src[{flat_index(source_type.shape, map_params(source_type.rank))}]"
         part = f"__i{result_type.rank - 1}"
-        code = (f"std::memcpy(&__out, reinterpret_cast<const char*>(&__src[{wide}]) + "
-                f"{part} * sizeof(__out), sizeof(__out));")
+        if result_type.element == "i1":
+            code = (f"uint64_t __bits = 0;\nstd::memcpy(&__bits, {wide}, sizeof(*{wide}));\n"
+                    f"__out = (__bits >> {part}) & 1;")
+        else:
+            code = (f"std::memcpy(&__out, reinterpret_cast<const char*>({wide}) + "
+                    f"{part} * sizeof(__out), sizeof(__out));")
     else:  # narrow -> wide: [..., k] -> [...]
         first = flat_index(source_type.shape, map_params(result_type.rank) + ["0"])
-        code = f"std::memcpy(&__out, &__src[{first}], sizeof(__out));"
+        if source_type.element == "i1":
+            k = source_type.shape[-1]
+            code = (f"uint64_t __bits = 0;\nfor (int __k = 0; __k < {k}; ++__k) "
+                    f"__bits |= (uint64_t)__src[{first} + __k] << __k;\n"
+                    "std::memcpy(&__out, &__bits, sizeof(__out));")
+        else:
+            code = f"std::memcpy(&__out, &__src[{first}], sizeof(__out));"
     b.indexed_map("bitcast", target, {"__src": source}, {}, code)
     b.bind(op.result, target)
 
