@@ -94,7 +94,9 @@ def test_calls():
             "empty_call": pair(x[:0], y[:0]),
         }
 
-    assert_matches_jax(f, x, y, s)
+    # XLA contracts products feeding sums (p1 * q2 + x * s) into fused multiply-adds;
+    # hlo2dace rounds each op as StableHLO specifies, so such results may differ by 1 ULP
+    assert_matches_jax(f, x, y, s, ulp=1)
 
 
 def test_main_returns_arguments():

@@ -639,12 +639,22 @@ def test_clamp_zero_dimensional_bounds():
     m.check()
 
 
-@pytest.mark.parametrize("op", ["remainder", "cbrt"])
-def test_complex_remainder_and_cbrt_are_unsupported(op):
-    """The spec allows them; XLA rejects (cbrt) or crashes on (remainder) them, and JAX never
-    emits them: a clear error rather than C++ that does not compile."""
+def test_complex_remainder_is_unsupported():
+    """The spec allows it; XLA crashes on it and JAX never emits it: a clear error rather
+    than C++ that does not compile."""
     m = Module()
     x = m.arg(values(np.complex64))
-    m.op("r", op, [x, x] if op == "remainder" else [x])
-    with pytest.raises(UnsupportedError, match=f"{op} of complex"):
+    m.op("r", "remainder", [x, x])
+    with pytest.raises(UnsupportedError, match="remainder of complex"):
         hlo2dace.compile_text(m.text())
+
+
+@pytest.mark.parametrize("dtype", [np.complex64, np.complex128], ids=dtype_id)
+def test_complex_cbrt_is_the_principal_root(dtype):
+    """XLA rejects complex cbrt (JAX never emits it); the spec's principal cube root."""
+    z = np.array([3 + 4j, -8 + 0j, 1j, -1 - 1j, 0.5 - 2j], dtype)
+    m = Module()
+    m.op("r", "cbrt", [m.arg(z)])
+    result = hlo2dace.compile_text(m.text())(z)
+    expected = np.exp(np.log(z.astype(np.complex128)) / 3).astype(dtype)
+    np.testing.assert_allclose(result, expected, rtol=4 * np.finfo(dtype).eps)
