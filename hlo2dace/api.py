@@ -195,7 +195,7 @@ class JitFunction:
         specs = compiled.program.arguments
         arrays = [_as_array(leaf, spec) for leaf, spec in zip(leaves, specs)]
         results = compiled.call_flat(arrays)
-        return jax.tree_util.tree_unflatten(out_tree, [jax.numpy.asarray(r) for r in results])
+        return jax.tree_util.tree_unflatten(out_tree, [jax.device_put(r) for r in results])
 
 
 class JitLowered(Lowered):
@@ -216,13 +216,17 @@ def _abstract(leaf: Any):
 
 
 def _as_array(leaf: Any, spec: runtime.TensorSpec) -> np.ndarray:
-    """A leaf as the NumPy array the compiled code takes (Python scalars take the dtype
-    JAX gave them in the lowering)."""
+    """A leaf as the NumPy array the compiled code takes: Python scalars, weakly typed
+    values and 64-bit arrays with x64 off take the dtype JAX gave them in the lowering."""
+    import jax
+
     if isinstance(leaf, (bool, int, float, complex)):
         return np.asarray(leaf, dtype=np.dtype(spec.dtype))
     array = np.asarray(leaf)
-    if array.dtype != np.dtype(spec.dtype) and getattr(leaf, "weak_type", False):
-        array = array.astype(spec.dtype)
+    expected = np.dtype(spec.dtype)
+    if array.dtype != expected and (getattr(leaf, "weak_type", False)
+                                    or jax.dtypes.canonicalize_dtype(array.dtype) == expected):
+        array = array.astype(expected)
     return array
 
 
