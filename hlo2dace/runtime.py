@@ -48,7 +48,13 @@ def cache_dir() -> Path:
     return Path(base) / "hlo2dace"
 
 
+_configured = threading.local()
+
+
 def configure_dace() -> None:
+    """Set DaCe's options for this thread (DaCe's configuration is thread-local)."""
+    if getattr(_configured, "done", False):
+        return
     import dace
 
     dace.Config.set("compiler", "cpu", "args", value=CPU_FLAGS)
@@ -56,6 +62,7 @@ def configure_dace() -> None:
     dace.Config.set("debugprint", value=False)
     # arguments are made C-contiguous by TensorSpec.to_storage; reshaped ones are views
     dace.Config.set("compiler", "allow_view_arguments", value=True)
+    _configured.done = True
 
 
 @dataclass(frozen=True)
@@ -118,6 +125,9 @@ class Program:
                  results: Sequence[TensorSpec], constants: dict[str, np.ndarray],
                  folder: Path, built: bool):
         self._compiled = compiled
+        # transients are allocated once per program (persistent) and DaCe's call wrapper
+        # keeps state: one call at a time per program
+        self._call_lock = threading.Lock()
         self.arguments = tuple(arguments)
         self.results = tuple(results)
         self._constants = constants
@@ -142,6 +152,7 @@ class Program:
         return converted
 
     def __call__(self, *arrays: Any) -> list[np.ndarray]:
+        configure_dace()
         kwargs = dict(self._constants)
         for spec, array in zip(self.arguments, self.check(arrays)):
             kwargs[spec.name] = array
@@ -151,7 +162,8 @@ class Program:
             kwargs[spec.name] = out
             outputs.append(out)
         # zero-size arrays are passed as they are: DaCe accepts them, the code skips them
-        self._compiled(**kwargs)
+        with self._call_lock:
+            self._compiled(**kwargs)
         return [spec.from_storage(out) for spec, out in zip(self.results, outputs)]
 
 

@@ -226,3 +226,17 @@ def test_compare_report():
     text = str(report)
     assert "max ULP" in text and "max err / max |XLA|" in text and "median call" in text
     assert report.ok()
+
+
+def test_calls_from_several_threads():
+    """Persistent transients are shared by the calls of one program: calls from several
+    threads at once must still each get their own correct result."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    f = hlo2dace.jit(lambda x, w: jnp.tanh(x @ w) * 2.0 + x)
+    w = np.eye(16) * 0.5
+    inputs = [np.full((16, 16), float(i)) for i in range(16)]
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda x: np.asarray(f(x, w)), inputs))
+    for x, result in zip(inputs, results):
+        np.testing.assert_allclose(result, np.tanh(x @ w) * 2.0 + x, rtol=1e-12)
