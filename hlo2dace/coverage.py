@@ -26,6 +26,11 @@ PLANNED = {
 }
 
 
+#: ops the frontend's MLIR passes rewrite before translation (see frontend/normalize.py)
+LEGALISED = {"stablehlo.composite": "a call of its decomposition "
+                                    "(stablehlo-legalize-composite-to-call)"}
+
+
 def render() -> str:
     from .frontend.normalize import stablehlo_op_names
     from .translate import supported_ops
@@ -45,7 +50,11 @@ def render() -> str:
         "|---|---|",
     ]
     lines += [f"| `{name}` | {family} |" for name, family in supported.items()]
-    missing = [n for n in stablehlo_op_names() if n not in supported]
+    lines += ["", "Rewritten by the frontend before translation (so supported too):", "",
+              "| op | becomes |", "|---|---|"]
+    lines += [f"| `{name}` | {becomes} |" for name, becomes in LEGALISED.items()]
+    lines += ["", "CHLO ops are legalised to StableHLO by `chlo-legalize-to-stablehlo` first."]
+    missing = [n for n in stablehlo_op_names() if n not in supported and n not in LEGALISED]
     lines += ["", f"Not supported yet: {len(missing)} StableHLO ops.", "",
               "| op | planned in |", "|---|---|"]
     lines += [f"| `{name}` | {planned.get(name, 'not planned yet')} |" for name in missing]

@@ -26,7 +26,6 @@ TRIANGULAR = "triangular_solve: not translated yet (linear algebra)"
 DOT_GENERAL = ("dot_general with batch dimensions or with no/several contracting dimensions "
                "(outer product): the general dot_general is not translated yet; only one "
                "contracting dimension without batch is")
-COMPOSITE = "composite: not translated yet (calling its decomposition would do)"
 
 # ------------------------------------------------------------------ types not supported
 NARROW_FLOAT = ("sub-byte and 8-bit float types (f4E2M1FN, f6E2M3FN, f6E3M2FN, f8E3M4, "
@@ -152,10 +151,6 @@ EXPECTED_FAILURES: dict[str, str] = {
         "dot_general.mlir::dot_general_op_test_empty_dims",
         "dot_general.mlir::dot_general_op_test_different_operand_and_result_element_types",
         "chlo/ragged_dot.mlir::ragged_dot_mode_1_batching",
-    ),
-    **_each(
-        COMPOSITE,
-        "composite.mlir::main",
     ),
     **_each(
         NARROW_FLOAT,

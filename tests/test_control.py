@@ -170,3 +170,13 @@ func.func @main(%x: tensor<3xf32>) -> tensor<3xf32> {
 
     with pytest.raises(Hlo2DaceError, match="missing"):
         hlo2dace.compile_text(module)
+
+
+def test_composite_runs_its_decomposition():
+    """`lax.composite` emits stablehlo.composite; the frontend legalises it into a call of
+    its decomposition (StableHLO's own pass), which is then inlined."""
+    tangent = lax.composite(lambda x: jnp.sin(x) / jnp.cos(x), name="my.tangent")
+    x = np.linspace(-1.0, 1.0, 9)
+    lowered = hlo2dace.jit(lambda x: tangent(x) * 2.0).lower(x)
+    assert "stablehlo.composite" not in lowered.as_text()
+    assert_matches_jax(lambda x: tangent(x) * 2.0, x, ulp=1)

@@ -19,8 +19,10 @@ from typing import Any
 from ..errors import ParseError
 
 MLIR_BYTECODE_MAGIC = b"ML\xefR"
-#: Passes run on every module: CHLO ops become StableHLO ops, as XLA's pipeline does it.
-NORMALIZE_PIPELINE = "builtin.module(func.func(chlo-legalize-to-stablehlo))"
+#: Passes run on every module: CHLO ops become StableHLO ops, as XLA's pipeline does it, and
+#: composites become calls of their decompositions.
+NORMALIZE_PIPELINE = ("builtin.module(func.func(chlo-legalize-to-stablehlo), "
+                      "func.func(stablehlo-legalize-composite-to-call))")
 
 _lock = threading.Lock()
 _passes_registered = False
