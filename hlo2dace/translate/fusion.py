@@ -34,7 +34,7 @@ def emit_cluster(b: Builder, cluster: ElementwiseCluster) -> None:
                     value, value.name.lstrip("%"), scope)
     cluster.resolved.update(outputs)
     if 0 not in cluster.shape and outputs:
-        _emit_map(b, cluster, outputs, users_inside)
+        _emit_map(b, cluster, outputs)
     # bound only now: inside the map, members read each other's registers, not the arrays
     for op, scope in cluster.members:
         for value in op.results:
@@ -43,7 +43,7 @@ def emit_cluster(b: Builder, cluster: ElementwiseCluster) -> None:
     b.current_op = saved_op
 
 
-def _emit_map(b: Builder, cluster: ElementwiseCluster, outputs: dict, users_inside) -> None:
+def _emit_map(b: Builder, cluster: ElementwiseCluster, outputs: dict) -> None:
     shape = cluster.shape
     rank = len(shape)
     state = b.state
