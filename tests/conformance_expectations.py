@@ -15,7 +15,7 @@ def _each(reason: str, *ids: str) -> dict[str, str]:
 
 
 # ---------------------------------------------------------------- ops not translated yet
-REDUCE = "reduce/reduce_window/select_and_scatter: issue 3 (reductions), not translated yet"
+REDUCE = "reduce_window/select_and_scatter: issue 3 (reductions), not translated yet"
 CONTROL = "while/case/if: issue 4 (control flow), not translated yet"
 SCAN = ("chlo.scan: legalises to while + get_dimension_size, issues 4 (control flow) and "
         "7 (dynamic shapes)")
@@ -52,7 +52,6 @@ REDUCE_PRECISION_NAN = ("reduce_precision to zero mantissa bits: hlo2dace follow
 EXPECTED_FAILURES: dict[str, str] = {
     **_each(
         REDUCE,
-        "reduce.mlir::reduce",
         "reduce_window.mlir::reduce_window",
         "reduce_window.mlir::reduce_window_issue_1662",
         "select_and_scatter.mlir::select_and_scatter_op_test",

@@ -358,12 +358,15 @@ class Builder:
         self.mapped_tasklet("copy", t, inputs, code,
                             {"__out": dace.Memlet(f"{target.name}[{out_subset}]")})
 
-    def indexed_map(self, label: str, target: Array, arrays: dict[str, Array],
-                    scalars: dict[str, Union[Array, Literal]], code: str) -> None:
-        """One map over ``target`` whose tasklet reads whole ``arrays`` (C++ pointers, to
-        index with ``flat_index``) and 0-d ``scalars``; the code assigns ``__out``.
+    def indexed_map(self, label: str, target: Union[Array, Sequence[Array]],
+                    arrays: dict[str, Array], scalars: dict[str, Union[Array, Literal]],
+                    code: str) -> None:
+        """One map over ``target``'s shape whose tasklet reads whole ``arrays`` (C++
+        pointers, to index with ``flat_index``) and 0-d ``scalars``; the code assigns
+        ``__out`` (or ``__out0, __out1, ...`` for a sequence of targets of one shape).
         For ops whose reads depend on the position or on run-time values."""
-        t = target.type
+        targets = [target] if isinstance(target, Array) else list(target)
+        t = targets[0].type
         if t.size == 0:
             return
         inputs, prelude = {}, []
@@ -381,8 +384,11 @@ class Builder:
             else:
                 inputs[conn] = dace.Memlet(f"{scalar.name}[0]")
         out_subset = ", ".join(map_params(t.rank)) if t.rank else "0"
+        names = ["__out"] if isinstance(target, Array) else [f"__out{k}" for k in
+                                                              range(len(targets))]
         self.mapped_tasklet(label, t, inputs, "\n".join(prelude + [code]),
-                            {"__out": dace.Memlet(f"{target.name}[{out_subset}]")})
+                            {name: dace.Memlet(f"{array.name}[{out_subset}]")
+                             for name, array in zip(names, targets)})
 
     def mapped_tasklet(self, label: str, t: ir.TensorType, inputs: dict, code: str,
                        outputs: dict) -> None:

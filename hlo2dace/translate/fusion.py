@@ -123,3 +123,35 @@ def _emit_map(b: Builder, cluster: ElementwiseCluster, outputs: dict) -> None:
                 state.add_memlet_path(tasklet, exit_, target, src_conn=conn, memlet=memlet)
             else:
                 state.add_edge(tasklet, conn, target, None, memlet)
+
+
+def scalar_region(b: Builder, block: ir.Block, arguments: list[str], prefix: str
+                  ) -> tuple[list[str], list[str]]:
+    """C++ for a region of elementwise ops on 0-d values (reducer bodies, comparators):
+    ``arguments`` are the C++ expressions of the block's arguments (in compute types);
+    returns the statements and the expressions of the values the terminator returns.
+    Constants become literals; anything but elementwise ops is unsupported."""
+    names = {value.name: expression for value, expression in zip(block.arguments, arguments)}
+    lines = []
+    for k, op in enumerate(block.ops[:-1]):
+        b.current_op = op
+        if op.name == "stablehlo.constant" and op.result.type.size == 1:
+            element = dtypes.of(op.result.type, op.name, op.location)
+            names[op.result.name] = f"({literal(op.attr('value').array.reshape(-1)[0], element)})"
+            continue
+        if op.name in ("stablehlo.broadcast_in_dim", "stablehlo.reshape",
+                       "stablehlo.optimization_barrier") and op.result.type.size == 1:
+            names[op.result.name] = names[op.operands[0].name]
+            continue
+        rule = registry.elementwise_rule(op)
+        if rule is None or len(op.results) != 1:
+            raise b.unsupported("only elementwise ops and constants are supported in this "
+                                "region")
+        out_type = dtypes.of(op.result.type, op.name, op.location)
+        in_types = [dtypes.of(v.type, op.name, op.location) for v in op.operands]
+        expression = rule.expression(op, [names[v.name] for v in op.operands], in_types,
+                                     out_type)
+        variable = f"{prefix}{k}"
+        lines.append(f"const {out_type.compute} {variable} = {out_type.fit(expression)};")
+        names[op.result.name] = variable
+    return lines, [names[v.name] for v in block.terminator.operands]
