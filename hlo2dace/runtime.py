@@ -31,8 +31,10 @@ from .errors import ArgumentError, CompilationError
 
 #: Compiler flags: DaCe's defaults minus the ones that change IEEE results
 #: (-fno-signed-zeros, -freciprocal-math); no FMA contraction, so that results do not
-#: depend on which products the compiler happens to fuse.
-CPU_FLAGS = ("-Wall -Wextra -march=native -fno-math-errno -fno-trapping-math -ffp-contract=off "
+#: depend on which products the compiler happens to fuse. Also without -fno-trapping-math,
+#: which let GCC 12 if-convert the guarded loads of window loops into wrong vector code
+#: (see h2d::scalar_loop and tests/test_reduction.py::test_guarded_window_loops_...).
+CPU_FLAGS = ("-Wall -Wextra -march=native -fno-math-errno -ffp-contract=off "
              "-Wno-unused-parameter -Wno-unused-label -Wno-unused-variable "
              "-Wno-unused-but-set-variable")
 RUNTIME_VERSION = "1"

@@ -15,7 +15,6 @@ def _each(reason: str, *ids: str) -> dict[str, str]:
 
 
 # ---------------------------------------------------------------- ops not translated yet
-REDUCE = "reduce_window/select_and_scatter: issue 3 (reductions), not translated yet"
 CONTROL = "while/case/if: issue 4 (control flow), not translated yet"
 SCAN = ("chlo.scan: legalises to while + get_dimension_size, issues 4 (control flow) and "
         "7 (dynamic shapes)")
@@ -50,12 +49,6 @@ REDUCE_PRECISION_NAN = ("reduce_precision to zero mantissa bits: hlo2dace follow
                         "into +inf")
 
 EXPECTED_FAILURES: dict[str, str] = {
-    **_each(
-        REDUCE,
-        "reduce_window.mlir::reduce_window",
-        "reduce_window.mlir::reduce_window_issue_1662",
-        "select_and_scatter.mlir::select_and_scatter_op_test",
-    ),
     **_each(
         CONTROL,
         "case.mlir::case_negative_index_default",

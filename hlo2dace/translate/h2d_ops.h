@@ -41,6 +41,12 @@ inline void init_worker_fp_mode() {
 #endif
 }
 
+// Called in the loops that tasklets run inside a map (reductions, windows, naive products):
+// GCC 12 -O3 -march=native vectorises the map's loop across such guarded loop nests into
+// wrong code (indices of the wrong stride, depending on the arrays' alignment); an asm
+// statement makes the loop nest unvectorisable, at no cost of its own.
+inline void scalar_loop() { asm volatile(""); }
+
 template <typename T> struct is_complex_t : std::false_type {};
 template <typename T> struct is_complex_t<std::complex<T>> : std::true_type {};
 template <typename T> constexpr bool is_complex = is_complex_t<T>::value;

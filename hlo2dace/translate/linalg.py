@@ -143,7 +143,7 @@ def _naive_product(b: Builder, op: ir.Op, lhs, rhs, target: Array) -> None:
     n = op.operands[0].type.shape[lhs[2]]
     zero = literal(element.numpy.type(0), element)
     code = (f"{element.compute} __acc = {zero};\n"
-            f"for (int64_t __k = 0; __k < {n}; ++__k) "
-            f"__acc = h2d::add(__acc, h2d::mul({reads[0]}, {reads[1]}));\n"
+            f"for (int64_t __k = 0; __k < {n}; ++__k) {{ h2d::scalar_loop(); "
+            f"__acc = h2d::add(__acc, h2d::mul({reads[0]}, {reads[1]})); }}\n"
             f"__out = {element.store('__acc')};")
     b.indexed_map("dot", target, {"__a": lhs[0], "__b": rhs[0]}, {}, code)

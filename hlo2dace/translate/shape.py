@@ -256,8 +256,8 @@ def bitcast_convert(b: Builder, op: ir.Op) -> None:
         first = flat_index(source_type.shape, map_params(result_type.rank) + ["0"])
         if source_type.element == "i1":
             k = source_type.shape[-1]
-            code = (f"uint64_t __bits = 0;\nfor (int __k = 0; __k < {k}; ++__k) "
-                    f"__bits |= (uint64_t)__src[{first} + __k] << __k;\n"
+            code = (f"uint64_t __bits = 0;\nfor (int __k = 0; __k < {k}; ++__k) {{ "
+                    f"h2d::scalar_loop(); __bits |= (uint64_t)__src[{first} + __k] << __k; }}\n"
                     "std::memcpy(&__out, &__bits, sizeof(__out));")
         else:
             code = f"std::memcpy(&__out, &__src[{first}], sizeof(__out));"
