@@ -323,6 +323,11 @@ class Builder:
         self.bind(value, binding)
         return binding
 
+    def scalar_operand(self, value: ir.Value) -> Union[Array, Literal]:
+        """A 0-d operand as ``indexed_map`` reads it: a literal, or else an array."""
+        binding = self.operand(value)
+        return binding if isinstance(binding, Literal) else self.array(value)
+
     def array(self, value: ir.Value) -> Array:
         """``value`` as an array of its own, materialising a literal or view on demand
         (and remembering it)."""

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from .. import ir
 from . import dtypes
-from .builder import Builder, Literal, flat_index, map_params
+from .builder import Builder, flat_index, map_params
 from .fusion import scalar_region
 from .registry import register
 
@@ -26,8 +26,7 @@ def _emit(b: Builder, op: ir.Op, loops: Sequence[str], guard: str,
     results = [dtypes.of(v.type, op.name, op.location) for v in op.results]
     lines, scalars = [], {}
     for k, (init, element) in enumerate(zip(inits, results)):
-        binding = b.operand(init)
-        scalars[f"__init{k}"] = binding if isinstance(binding, Literal) else b.array(init)
+        scalars[f"__init{k}"] = b.scalar_operand(init)
         lines.append(f"{element.compute} __acc{k} = {element.load(f'__init{k}')};")
     arrays = {f"__in{k}": b.array(v) for k, v in enumerate(inputs) if v.type.size}
 
@@ -115,8 +114,7 @@ def select_and_scatter(b: Builder, op: ir.Op) -> None:
                                                "__sc")
     b.current_op = saved
 
-    init_binding = b.operand(init)
-    scalars = {"__init": init_binding if isinstance(init_binding, Literal) else b.array(init)}
+    scalars = {"__init": b.scalar_operand(init)}
     arrays = {"__op": b.array(operand), "__src": b.array(source)}
     here = flat_index(shape, map_params(rank))
     position = [f"__wi{d} * {strides[d]} - {low[d]} + __w{d}" for d in range(rank)]

@@ -153,12 +153,6 @@ def concatenate(b: Builder, op: ir.Op) -> None:
     b.bind(op.result, target)
 
 
-def _scalar_input(b: Builder, value: ir.Value):
-    """A 0-d operand as an array or literal for ``indexed_map``."""
-    binding = b.operand(value)
-    return binding if isinstance(binding, Literal) else b.array(value)
-
-
 @register("stablehlo.pad")
 def pad(b: Builder, op: ir.Op) -> None:
     operand, padding_value = op.operands
@@ -179,7 +173,7 @@ def pad(b: Builder, op: ir.Op) -> None:
         flat = flat_index(operand.type.shape, indices)
         code = f"__out = ({inside}) ? __src[{flat}] : __pad;"
         arrays = {"__src": source}
-    b.indexed_map("pad", target, arrays, {"__pad": _scalar_input(b, padding_value)}, code)
+    b.indexed_map("pad", target, arrays, {"__pad": b.scalar_operand(padding_value)}, code)
     b.bind(op.result, target)
 
 
@@ -200,7 +194,7 @@ def dynamic_slice(b: Builder, op: ir.Op) -> None:
     operand, *start_values = op.operands
     sizes = op.attr("slice_sizes")
     target = b.result_array(op.result)
-    scalars = {f"__s{d}": _scalar_input(b, v) for d, v in enumerate(start_values)}
+    scalars = {f"__s{d}": b.scalar_operand(v) for d, v in enumerate(start_values)}
     starts = _clamped_starts(start_values, list(scalars), sizes, operand.type.shape)
     lines = [f"const int64_t __start{d} = {s};" for d, s in enumerate(starts)]
     indices = [f"__start{d} + __i{d}" for d in range(len(sizes))]
@@ -215,7 +209,7 @@ def dynamic_update_slice(b: Builder, op: ir.Op) -> None:
     operand, update, *start_values = op.operands
     shape, sizes = operand.type.shape, update.type.shape
     target = b.result_array(op.result)
-    scalars = {f"__s{d}": _scalar_input(b, v) for d, v in enumerate(start_values)}
+    scalars = {f"__s{d}": b.scalar_operand(v) for d, v in enumerate(start_values)}
     starts = _clamped_starts(start_values, list(scalars), sizes, shape)
     lines = [f"const int64_t __start{d} = {s};" for d, s in enumerate(starts)]
     inside = " && ".join(f"(int64_t)__i{d} >= __start{d} && (int64_t)__i{d} < __start{d} + {k}"
