@@ -211,7 +211,6 @@ def test_disk_cache_serves_a_new_process(tmp_path):
             for _ in range(2)]
     assert runs[0]["built"] and not runs[1]["built"]
     assert runs[0]["ok"] and runs[1]["ok"]
-    assert runs[1]["seconds"] < runs[0]["seconds"]
 
 
 def test_compare_report():

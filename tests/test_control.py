@@ -1,10 +1,12 @@
-"""Differential tests of func.call (translate/control.py, inlined calls) against jax.jit:
-nested jax.jit functions with several results, calls inside calls, one callee called with
-different arguments, callee results returned by main or fused into the caller's
-elementwise ops, and main functions that return arguments, views and repeated values."""
+"""Differential tests of translate/control.py against jax.jit: inlined calls (nested
+jax.jit functions with several results, calls inside calls, callee results returned by main
+or fused into the caller's elementwise ops), while loops (counted and data-dependent,
+scans, nesting, carried values swapped or passed through), case/if, and the SDFG structure
+the loops get (DaCe loop regions, in-place updates of carried arrays)."""
 
 from __future__ import annotations
 
+import dace
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -180,3 +182,209 @@ def test_composite_runs_its_decomposition():
     lowered = hlo2dace.jit(lambda x: tangent(x) * 2.0).lower(x)
     assert "stablehlo.composite" not in lowered.as_text()
     assert_matches_jax(lambda x: tangent(x) * 2.0, x, ulp=1)
+
+
+# ------------------------------------------------------------------------ loops
+
+
+def body_rnn(params, h, x):
+    w, u = params
+    return jnp.tanh(w @ h + u @ x)
+
+
+@pytest.mark.parametrize("lower,upper", [(0, 10), (3, 3), (5, 2), (-4, 3)])
+def test_fori_loop_static_bounds(lower, upper):
+    x = sample(np.float64, (5,))
+    assert_matches_jax(lambda x: lax.fori_loop(lower, upper, lambda i, c: c * 0.5 + i, x), x,
+                       ulp=16)
+
+
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+def test_fori_loop_traced_bounds(index_dtype):
+    x = sample(np.float32, (4, 3))
+
+    def f(x, lower, upper):
+        return lax.fori_loop(lower, upper, lambda i, c: c * 0.5 + i.astype(c.dtype), x)
+
+    compiled, reference = hlo2dace.jit(f), jax.jit(f)
+    for lower, upper in [(0, 7), (2, 9), (5, 5), (6, 1), (-3, 2)]:
+        args = (x, index_dtype(lower), index_dtype(upper))
+        assert_arrays_match(reference(*args), compiled(*args), where=f"{lower}..{upper}")
+
+
+def test_while_loop_data_dependent_exit():
+    """Newton's method for square roots until the residual is below a tolerance, and the
+    iteration count it took."""
+    a = np.abs(sample(np.float64, (6,))) + 1.0
+
+    def newton(a):
+        def step(state):
+            x, n = state
+            return (x + a / x) / 2, n + 1
+
+        return lax.while_loop(lambda s: jnp.max(jnp.abs(s[0] * s[0] - a)) > 1e-9 * jnp.max(a),
+                              step, (a, 0))
+
+    assert_matches_jax(newton, a)
+
+
+def test_while_loop_that_never_runs_and_constant_conditions():
+    x = sample(np.int32, (3,))
+    assert_matches_jax(lambda x: lax.while_loop(lambda c: c[0] > 10 ** 9, lambda c: c + 1, x), x)
+    assert_matches_jax(lambda x: lax.while_loop(lambda c: False, lambda c: c + 1, x), x)
+
+
+def test_scan_carries_a_pytree_and_stacks_outputs():
+    xs = sample(np.float32, (7, 3))
+
+    def f(xs):
+        def step(carry, x):
+            total, count = carry
+            return (total + x, count + 1), {"running": total * x, "count": count}
+
+        return lax.scan(step, (jnp.zeros(3, xs.dtype), jnp.int32(0)), xs)
+
+    assert_matches_jax(f, xs)
+
+
+@pytest.mark.parametrize("reverse,unroll", [(False, 1), (True, 1), (False, 3), (True, 2)])
+def test_scan_reverse_and_unrolled(reverse, unroll):
+    xs = sample(np.float64, (10, 2))
+    # c * 0.9 + x is one FMA in XLA's code, two roundings here: errors compound over steps
+    assert_matches_jax(lambda xs: lax.scan(lambda c, x: (c * 0.9 + x, c - x), xs[0], xs,
+                                           reverse=reverse, unroll=unroll), xs, ulp=16)
+
+
+def test_nested_scans_and_loops_with_reductions_and_matmuls():
+    xs = sample(np.float64, (4, 5, 3))
+    w = sample(np.float64, (3, 3), seed=2) / 30
+
+    def f(xs, w):
+        def outer(c, row):
+            inner = lax.scan(lambda h, x: (jnp.tanh(h @ w + x), jnp.sum(h * x)), c, row)
+            return inner[0], inner[1].max()
+
+        final, peaks = lax.scan(outer, jnp.zeros(3, xs.dtype), xs)
+        counted = lax.fori_loop(0, 3, lambda i, m: m @ w + jnp.sum(m, axis=0), w)
+        return final, peaks, counted
+
+    assert_matches_jax(f, xs, w, ulp=4)
+
+
+def test_carried_values_swapped_and_passed_through():
+    x = sample(np.int64, (4,))
+
+    def f(x):
+        def step(i, c):
+            a, b, k = c
+            return b, a + i, k  # swap, update, pass through
+
+        return lax.fori_loop(0, 5, step, (x, x[::-1], x * 2))
+
+    assert_matches_jax(f, x)
+
+
+def test_loop_in_branch_and_branch_in_loop():
+    x = sample(np.float32, (6,))
+
+    def f(x, p):
+        looped = lax.cond(p > 0, lambda x: lax.fori_loop(0, 4, lambda i, c: c * 2 - 1, x),
+                          lambda x: -x, x)
+        branched = lax.fori_loop(0, 6, lambda i, c: lax.cond(i % 2 == 0, lambda c: c + 1.0,
+                                                             lambda c: c * 0.5, c), x)
+        return looped, branched
+
+    assert_matches_jax(f, x, np.int32(1))
+    assert_matches_jax(f, x, np.int32(-1))
+
+
+def test_lax_map():
+    x = sample(np.float64, (5, 4))
+    assert_matches_jax(lambda x: lax.map(lambda r: r.sum() * r, x), x)
+
+
+def test_grad_of_scan_rnn():
+    rng = np.random.default_rng(3)
+    w, u = rng.standard_normal((4, 4)) / 4, rng.standard_normal((4, 2)) / 2
+    xs = rng.standard_normal((6, 2))
+
+    def loss(params, xs):
+        final, hs = lax.scan(lambda h, x: (body_rnn(params, h, x),) * 2, jnp.zeros(4), xs)
+        return jnp.sum(hs ** 2) + jnp.sum(final)
+
+    # backpropagation through tanh and matrix products: XLA's FMAs and summation order
+    assert_matches_jax(jax.grad(loss), (w, u), xs, rtol=1e-12, atol=1e-15)
+
+
+def test_checkpointed_loop_body():
+    x = sample(np.float64, (8,))
+
+    def f(x):
+        step = jax.checkpoint(lambda c, _: (jnp.sin(c) * c, c.sum()))
+        return lax.scan(step, x, None, length=4)
+
+    assert_matches_jax(jax.grad(lambda x: f(x)[0].sum()), x, ulp=4)
+
+
+# ---------------------------------------------------------------------- branches
+
+
+@pytest.mark.parametrize("predicate", [True, False])
+def test_cond_with_outputs_of_several_dtypes(predicate):
+    x = sample(np.float32, (3, 2))
+
+    def f(x, p):
+        return lax.cond(p, lambda x: (x * 2, jnp.int8(3), x.sum() > 0, x.astype(jnp.complex64)),
+                        lambda x: (x.T.T - 1, jnp.int8(-4), x.max() < 0, x * 1j), x)
+
+    assert_matches_jax(f, x, np.bool_(predicate))
+
+
+@pytest.mark.parametrize("index", [-3, 0, 1, 2, 99])
+def test_switch_clamps_its_index(index):
+    x = sample(np.float64, (4,))
+    branches = [lambda x: x, lambda x: x * 2, lambda x: jnp.cumsum(x)]
+    assert_matches_jax(lambda i, x: lax.switch(i, branches, x), np.int32(index), x)
+
+
+CASE_MODULE = """
+func.func @main(%i: tensor<i32>, %x: tensor<2xf32>) -> (tensor<2xf32>, tensor<i32>) {
+  %r:2 = "stablehlo.case"(%i) ({
+    %c = stablehlo.constant dense<10> : tensor<i32>
+    stablehlo.return %x, %c : tensor<2xf32>, tensor<i32>
+  }, {
+    %y = stablehlo.add %x, %x : tensor<2xf32>
+    %c = stablehlo.constant dense<11> : tensor<i32>
+    stablehlo.return %y, %c : tensor<2xf32>, tensor<i32>
+  }) : (tensor<i32>) -> (tensor<2xf32>, tensor<i32>)
+  return %r#0, %r#1 : tensor<2xf32>, tensor<i32>
+}
+"""
+
+
+@pytest.mark.parametrize("index,branch", [(0, 0), (1, 1), (-1, 1), (2, 1), (2 ** 31 - 1, 1)])
+def test_case_out_of_range_takes_the_last_branch(index, branch):
+    x = np.array([1.5, -2.0], np.float32)
+    y, which = hlo2dace.compile_text(CASE_MODULE)(np.int32(index), x)
+    assert_arrays_match(x * (branch + 1), y)
+    assert int(which) == 10 + branch
+
+
+# ------------------------------------------------------------------- SDFG structure
+
+
+def test_counted_loops_become_dace_for_loops_updating_in_place():
+    """A scan is a LoopRegion over a symbol, its stacked output is written one row per
+    iteration (a map over the row, not over the whole array), and the carried input that
+    the body only reads is not copied."""
+    from dace.sdfg.state import LoopRegion
+
+    xs = sample(np.float64, (50, 3))
+    lowered = hlo2dace.jit(lambda xs: lax.scan(lambda c, x: (c + x, c * x), xs[0], xs)).lower(xs)
+    sdfg = lowered.as_sdfg()
+    loops = [n for n in sdfg.all_control_flow_regions() if isinstance(n, LoopRegion)]
+    assert len(loops) == 1 and loops[0].loop_variable
+    maps = [n for state in loops[0].all_control_flow_blocks()
+            if isinstance(state, dace.SDFGState) for n in state.nodes()
+            if isinstance(n, dace.nodes.MapEntry)]
+    assert all(int(n.map.range.num_elements()) < 50 * 3 for n in maps), maps

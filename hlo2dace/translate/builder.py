@@ -19,6 +19,7 @@ parameters ``__i0, __i1, ...`` so DaCe's own passes can fuse what the builder le
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import re
 from collections import ChainMap, defaultdict
@@ -89,6 +90,18 @@ class Pending:
 Binding = Union[Array, Literal, View, Pending]
 
 
+#: maps doing less work than this (elements x work per element) run on one thread: an
+#: OpenMP parallel region costs about as much as this many simple element operations
+#: (a loop body of small maps pays it every iteration)
+PARALLEL_WORK = 1 << 15
+
+
+def schedule_for(shape: Sequence[int], work_per_element: int = 1) -> dace.ScheduleType:
+    """The schedule of a map over ``shape``: parallel only when the work pays for it."""
+    work = int(np.prod(shape, dtype=np.int64)) * max(1, work_per_element)
+    return dace.ScheduleType.Default if work >= PARALLEL_WORK else dace.ScheduleType.Sequential
+
+
 def map_params(rank: int) -> list[str]:
     return [f"__i{d}" for d in range(rank)]
 
@@ -154,18 +167,23 @@ class Scope:
     destinations: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, env: ChainMap, block: ir.Block, destinations=None) -> Scope:
-        ops = live_ops(block)
+    def of(cls, env: ChainMap, block: ir.Block, destinations=None,
+           returned: Sequence[int] | None = None) -> Scope:
+        ops = live_ops(block, returned)
         return cls(env, ops, collect_uses(ops), dict(destinations or {}))
 
 
-def live_ops(block: ir.Block) -> list[ir.Op]:
+def live_ops(block: ir.Block, returned: Sequence[int] | None = None) -> list[ir.Op]:
     """The ops of ``block`` whose results are needed (or that have no results, i.e. are
-    kept for their effects), in order; the terminator is always live."""
-    needed: set[str] = set()
-    live = []
-    for op in reversed(block.ops):
-        if op is block.terminator or not op.results or any(r.name in needed for r in op.results):
+    kept for their effects), in order; the terminator is always live. ``returned``: the
+    positions of the terminator's operands that are needed (default: all)."""
+    terminator = block.terminator
+    wanted = terminator.operands if returned is None else [terminator.operands[k]
+                                                           for k in returned]
+    needed: set[str] = {v.name for v in wanted}
+    live = [terminator]
+    for op in reversed(block.ops[:-1]):
+        if not op.results or any(r.name in needed for r in op.results):
             live.append(op)
             needed.update(v.name for inner in op.walk() for v in inner.operands)
     return live[::-1]
@@ -206,6 +224,8 @@ class Builder:
         self.sdfg.append_init_code("h2d::init_worker_fp_mode();")
         prologue = self.sdfg.add_state("prologue", is_start_block=True)
         self._fp_mode_tasklet(prologue, "h2d::enter_fp_mode();")
+        #: the control-flow region being filled (the SDFG, a loop body, a branch)
+        self.cfg: dace.sdfg.state.ControlFlowRegion = self.sdfg
         self.state = self.sdfg.add_state_after(prologue, "entry")
         self.state.set_default_lineinfo(NO_LINEINFO)
         self._nodes: dict[str, dace.nodes.AccessNode] = {}  # last access node per data
@@ -281,12 +301,38 @@ class Builder:
         return node
 
     def new_state(self, label: str = "s") -> dace.SDFGState:
-        """Continue in a fresh state after the current one (for control flow, and ops
-        whose writes must be ordered after everything before)."""
-        self.state = self.sdfg.add_state_after(self.state, self.fresh(label))
+        """Continue in a fresh state after the current one (for ops whose writes must be
+        ordered after everything before)."""
+        self.close_all_clusters()
+        self.state = self.cfg.add_state_after(self.state, self.fresh(label))
         self.state.set_default_lineinfo(NO_LINEINFO)
         self._nodes = {}
         return self.state
+
+    def append_block(self, block: dace.sdfg.state.ControlFlowBlock,
+                     assignments: dict[str, str] | None = None) -> None:
+        """Add ``block`` (a loop, a conditional) after the current state, entered with the
+        interstate ``assignments``, and continue in a fresh state after it."""
+        self.close_all_clusters()
+        self.cfg.add_node(block)
+        self.cfg.add_edge(self.state, block, dace.InterstateEdge(assignments=assignments))
+        after = self.cfg.add_state(self.fresh("s"))
+        self.cfg.add_edge(block, after, dace.InterstateEdge())
+        after.set_default_lineinfo(NO_LINEINFO)
+        self.state, self._nodes = after, {}
+
+    @contextlib.contextmanager
+    def inside(self, region: dace.sdfg.state.ControlFlowRegion):
+        """Emit into ``region`` (a loop body, a branch) within the ``with`` block; every
+        elementwise cluster opened there is emitted there."""
+        self.close_all_clusters()
+        saved = self.cfg, self.state, self._nodes
+        self.cfg, self._nodes = region, {}
+        self.state = region.add_state(self.fresh("s"), is_start_block=True)
+        self.state.set_default_lineinfo(NO_LINEINFO)
+        yield
+        self.close_all_clusters()
+        self.cfg, self.state, self._nodes = saved
 
     def debuginfo(self) -> dace.dtypes.DebugInfo | None:
         loc = self._location()
@@ -365,15 +411,41 @@ class Builder:
 
     def indexed_map(self, label: str, target: Union[Array, Sequence[Array]],
                     arrays: dict[str, Array], scalars: dict[str, Union[Array, Literal]],
-                    code: str) -> None:
+                    code: str, work_per_element: int = 1) -> None:
         """One map over ``target``'s shape whose tasklet reads whole ``arrays`` (C++
         pointers, to index with ``flat_index``) and 0-d ``scalars``; the code assigns
         ``__out`` (or ``__out0, __out1, ...`` for a sequence of targets of one shape).
-        For ops whose reads depend on the position or on run-time values."""
+        For ops whose reads depend on the position or on run-time values; loops in the
+        code make ``work_per_element`` larger than 1 (see ``schedule_for``)."""
         targets = [target] if isinstance(target, Array) else list(target)
         t = targets[0].type
         if t.size == 0:
             return
+        inputs, prelude = self._whole_array_inputs(arrays, scalars)
+        out_subset = ", ".join(map_params(t.rank)) if t.rank else "0"
+        names = ["__out"] if isinstance(target, Array) else [f"__out{k}" for k in
+                                                              range(len(targets))]
+        self.mapped_tasklet(label, t, inputs, "\n".join(prelude + [code]),
+                            {name: dace.Memlet(f"{array.name}[{out_subset}]")
+                             for name, array in zip(names, targets)}, work_per_element)
+
+    def indexed_map_into(self, label: str, space: ir.TensorType, target: Array,
+                         arrays: dict[str, Array], scalars: dict[str, Union[Array, Literal]],
+                         code: str, work_per_element: int = 1) -> None:
+        """One map over ``space`` whose tasklet writes elements of ``target`` it chooses
+        through the pointer ``__dst`` (an in-place update of part of an array)."""
+        if space.size == 0:
+            return
+        inputs, prelude = self._whole_array_inputs(arrays, scalars)
+        full = ", ".join(f"0:{n}" for n in dace_shape(target.type))
+        self.mapped_tasklet(label, space, inputs, "\n".join(prelude + [code]),
+                            {"__dst": dace.Memlet(f"{target.name}[{full}]", dynamic=True)},
+                            work_per_element)
+
+    def _whole_array_inputs(self, arrays: dict[str, Array],
+                            scalars: dict[str, Union[Array, Literal]]) -> tuple[dict, list]:
+        """Memlets and C++ prelude giving a tasklet ``arrays`` as pointers and 0-d
+        ``scalars`` as values."""
         inputs, prelude = {}, []
         for conn, array in arrays.items():
             full = ", ".join(f"0:{n}" for n in dace_shape(array.type))
@@ -388,15 +460,10 @@ class Builder:
                 prelude.append(f"const auto {conn} = {literal(scalar.value, element, True)};")
             else:
                 inputs[conn] = dace.Memlet(f"{scalar.name}[0]")
-        out_subset = ", ".join(map_params(t.rank)) if t.rank else "0"
-        names = ["__out"] if isinstance(target, Array) else [f"__out{k}" for k in
-                                                              range(len(targets))]
-        self.mapped_tasklet(label, t, inputs, "\n".join(prelude + [code]),
-                            {name: dace.Memlet(f"{array.name}[{out_subset}]")
-                             for name, array in zip(names, targets)})
+        return inputs, prelude
 
     def mapped_tasklet(self, label: str, t: ir.TensorType, inputs: dict, code: str,
-                       outputs: dict) -> None:
+                       outputs: dict, work_per_element: int = 1) -> None:
         """One tasklet, in a map over ``t``'s shape (or alone for a 0-d shape)."""
         input_nodes = {m.data: self.read(m.data) for m in inputs.values()}
         output_nodes = {m.data: self.write(m.data) for m in outputs.values()}
@@ -414,7 +481,7 @@ class Builder:
         self.state.add_mapped_tasklet(
             self.fresh(label), ranges, inputs, code, outputs, language=dace.Language.CPP,
             external_edges=True, input_nodes=input_nodes, output_nodes=output_nodes,
-            debuginfo=self.debuginfo())
+            schedule=schedule_for(t.shape, work_per_element), debuginfo=self.debuginfo())
 
     # ---------------------------------------------------------------- elementwise
     def add_elementwise(self, op: ir.Op) -> None:
@@ -448,14 +515,15 @@ class Builder:
     # ---------------------------------------------------------------- walking the IR
     def translate_block(self, block: ir.Block, scope: Scope) -> list[Binding]:
         """Translate the ops of ``block`` in ``scope``; returns the bindings of the values
-        its terminator returns (terminator ``func.return`` / ``stablehlo.return``)."""
+        its terminator returns (terminator ``func.return`` / ``stablehlo.return``), None
+        for those the scope does not need (see ``Scope.of``)."""
         outer, self.scope = self.scope, scope
         try:
             for op in scope.ops[:-1]:
                 self.translate_op(op)
             terminator = block.terminator
             self.current_op = terminator
-            returned = [self.binding(v) for v in terminator.operands]
+            returned = [scope.env.get(v.name) for v in terminator.operands]
         finally:
             self.scope = outer
         return returned
@@ -478,14 +546,23 @@ class Builder:
             return
         registry.translator(op).translate(self, op)
 
-    def call_function(self, function: ir.Function, arguments: Sequence[Binding]) -> list[Binding]:
-        """Inline ``function`` with ``arguments`` bound to its parameters. Pending
-        arguments are emitted first: a cluster's register scalars do not cross scopes."""
+    def call_function(self, function: ir.Function, arguments: Sequence[Binding],
+                      destinations: Sequence[str | None] = ()) -> list[Binding]:
+        """Inline ``function`` with ``arguments`` bound to its parameters; a result with a
+        ``destinations`` entry is written into that array by the op that computes it (if
+        the callee computes it). Pending arguments are emitted first: a cluster's register
+        scalars do not cross scopes."""
         arguments = [self.resolve(binding) for binding in arguments]
         env = ChainMap({a.name: b for a, b in zip(function.arguments, arguments)})
-        scope = Scope.of(env, function.body.entry)
+        block = function.body.entry
+        produced = {r.name for op in block.ops for r in op.results}
+        wanted = {}
+        for value, destination in zip(block.terminator.operands, destinations):
+            if destination is not None and value.name in produced:
+                wanted.setdefault(value.name, destination)
+        scope = Scope.of(env, block, wanted)
         saved_op = self.current_op
-        results = self.translate_block(function.body.entry, scope)
+        results = self.translate_block(block, scope)
         self.current_op = saved_op
         return results
 

@@ -10,7 +10,15 @@ import dace
 
 from .. import ir
 from . import dtypes, registry
-from .builder import Array, Literal, Pending, View, index_expressions, map_params
+from .builder import (
+    Array,
+    Literal,
+    Pending,
+    View,
+    index_expressions,
+    map_params,
+    schedule_for,
+)
 from .literals import literal
 
 if TYPE_CHECKING:
@@ -50,7 +58,8 @@ def _emit_map(b: Builder, cluster: ElementwiseCluster, outputs: dict) -> None:
 
     if rank:
         entry, exit_ = state.add_map(b.fresh("fused"), {p: f"0:{n}" for p, n in
-                                                        zip(map_params(rank), shape)})
+                                                        zip(map_params(rank), shape)},
+                                     schedule=schedule_for(shape, len(cluster.members)))
     else:
         entry = exit_ = None
     # members' values read by members, also under another name (a func.call's result)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from .. import ir
 from . import dtypes
-from .builder import Axis, Builder, Literal, View, flat_index, map_params
+from .builder import Array, Axis, Builder, Literal, View, flat_index, map_params
 from .registry import register, register_elementwise
 
 
@@ -59,11 +59,14 @@ def _iota(op, args, ins, out):
 register_elementwise("stablehlo.iota", _iota, family="shape")
 
 
-@register("stablehlo.broadcast_in_dim")
+@register("stablehlo.broadcast_in_dim", "stablehlo.broadcast")
 def broadcast_in_dim(b: Builder, op: ir.Op) -> None:
+    """``broadcast`` (the older form) prepends the ``broadcast_sizes`` dimensions."""
     (operand,) = op.operands
     t = op.result.type
     dims = op.attr("broadcast_dimensions")
+    if op.name == "stablehlo.broadcast":
+        dims = range(t.rank - operand.type.rank, t.rank)
     axes = []
     for d, r in enumerate(dims):
         if operand.type.shape[d] == 1 and t.shape[r] != 1:
@@ -216,7 +219,14 @@ def dynamic_update_slice(b: Builder, op: ir.Op) -> None:
                          for d, k in enumerate(sizes)) or "true"
     inner = flat_index(sizes, [f"(int64_t)__i{d} - __start{d}" for d in range(len(sizes))])
     outer = flat_index(shape, map_params(len(shape)))
-    arrays = {"__src": b.array(operand)}
+    source = b.array(operand)
+    if source.name == target.name and target.type.size > 1:
+        # a loop-carried array updated in place (see control.py): write the window only
+        if update.type.size:
+            _update_window(b, target, b.array(update), scalars, lines)
+        b.bind(op.result, target)
+        return
+    arrays = {"__src": source}
     if update.type.size:
         arrays["__upd"] = b.array(update)
         lines.append(f"__out = ({inside}) ? __upd[{inner}] : __src[{outer}];")
@@ -224,6 +234,18 @@ def dynamic_update_slice(b: Builder, op: ir.Op) -> None:
         lines.append(f"__out = __src[{outer}];")
     b.indexed_map("dynamic_update_slice", target, arrays, scalars, "\n".join(lines))
     b.bind(op.result, target)
+
+
+def _update_window(b: Builder, target: Array, update: Array, scalars: dict,
+                   starts: list[str]) -> None:
+    """``target[start + i] = update[i]`` for every position ``i`` of ``update``: one map
+    over the update whose tasklet writes through a pointer to all of ``target``."""
+    shape, sizes = target.type.shape, update.type.shape
+    position = flat_index(shape, [f"__start{d} + (int64_t)__i{d}" for d in range(len(sizes))])
+    element = flat_index(sizes, map_params(len(sizes)))
+    code = "\n".join([*starts, f"__dst[{position}] = __upd[{element}];"])
+    b.indexed_map_into("dynamic_update_slice", update.type, target,
+                       {"__upd": update}, scalars, code)
 
 
 @register("stablehlo.bitcast_convert")
@@ -274,3 +296,14 @@ def tuple_(b: Builder, op: ir.Op) -> None:
 def get_tuple_element(b: Builder, op: ir.Op) -> None:
     b.bind(op.result, b.binding(op.operands[0])[int(op.attr("index"))])
 
+
+
+@register("stablehlo.get_dimension_size")
+def get_dimension_size(b: Builder, op: ir.Op) -> None:
+    """A static dimension's size is a constant (``chlo.scan`` asks for it)."""
+    (operand,) = op.operands
+    size = operand.type.shape[int(op.attr("dimension"))]
+    if size is None:
+        raise b.unsupported("the size of a dynamic dimension")
+    element = dtypes.of(op.result.type, op.name, op.location)
+    b.bind(op.result, Literal(element.numpy.type(size), op.result.type))
