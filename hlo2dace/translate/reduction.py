@@ -2,65 +2,188 @@
 made of elementwise ops (add, max, the compare-and-select pairs of argmax, ...) and any
 number of operands: one map over the result, each element a loop nest (over the reduced
 dimensions, or over the window) that applies the body in the order the elements are
-laid out."""
+laid out.
+
+A reduction to few elements would leave that map without parallelism. When its body is
+one associative and commutative op (add, multiply, max, min, and, or, xor) of a single
+operand, the largest reduced dimension is cut into chunks: a parallel map computes one
+partial result per chunk, starting from the op's exact identity (-0.0 for float sums, so
+signed zeros survive), and a second map folds the partials into the init value. Other
+bodies (argmax, arbitrary regions) keep the sequential order, which is always correct."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+import ml_dtypes
+import numpy as np
+
 from .. import ir
 from . import dtypes
-from .builder import Builder, flat_index, map_params
+from .builder import PARALLEL_WORK, Array, Builder, Literal, flat_index, map_params
 from .fusion import scalar_region
 from .registry import register
 
+#: outputs below this count make a reduction split its reduced elements into chunks
+FEW_OUTPUTS = 64
+#: chunks never hold fewer elements than this (a chunk is one loop, run by one thread)
+MIN_CHUNK = 4096
+MAX_CHUNKS = 256
 
-def _emit(b: Builder, op: ir.Op, loops: Sequence[str], guard: str,
-          indices: Sequence[str]) -> None:
-    """The shared part: accumulators from the init values, the ``loops`` (C++ ``for``
-    headers), per iteration the elements at ``indices`` (skipped where ``guard`` is
-    false) fed with the accumulators through the body, and the results stored."""
-    n = len(op.operands) // 2
-    inputs, inits = op.operands[:n], op.operands[n:]
-    elements = [dtypes.of(v.type, op.name, op.location) for v in inputs]
-    results = [dtypes.of(v.type, op.name, op.location) for v in op.results]
+
+def _accumulate(b: Builder, op: ir.Op, label: str, arrays: Sequence[Array],
+                indices: Sequence[str], loops: Sequence[str], guard: str,
+                starts: Sequence[Array | Literal], targets: Sequence[Array],
+                work_per_element: int) -> None:
+    """One map over the ``targets``' shape: per element, accumulators start from
+    ``starts``, the ``loops`` (C++ ``for`` headers) visit the elements of ``arrays`` at
+    ``indices`` (skipped where ``guard`` is false), the reducer body (``op``'s first
+    region) folds each into the accumulators, and the results are stored. A sum of f16 or
+    bf16 accumulates in float and rounds once, as XLA's CPU code does in effect (rounding
+    every step would lose all precision over long sums)."""
+    elements = [dtypes.of(a.type, op.name, op.location) for a in arrays]
+    results = [dtypes.of(t.type, op.name, op.location) for t in targets]
+    n = len(targets)
     lines, scalars = [], {}
-    for k, (init, element) in enumerate(zip(inits, results)):
-        scalars[f"__init{k}"] = b.scalar_operand(init)
+    for k, (start, element) in enumerate(zip(starts, results)):
+        scalars[f"__init{k}"] = start
         lines.append(f"{element.compute} __acc{k} = {element.load(f'__init{k}')};")
-    arrays = {f"__in{k}": b.array(v) for k, v in enumerate(inputs) if v.type.size}
 
-    saved = b.current_op
-    body, returned = scalar_region(
-        b, op.regions[0].entry,
-        [f"__acc{k}" for k in range(n)] + [f"__x{k}" for k in range(n)], "__v")
-    b.current_op = saved
+    if _is_float_sum(op):
+        body, returned = [], ["__acc0 + __x0"]
+    else:
+        saved = b.current_op
+        body, returned = scalar_region(
+            b, op.regions[0].entry,
+            [f"__acc{k}" for k in range(n)] + [f"__x{k}" for k in range(n)], "__v")
+        b.current_op = saved
 
-    flat = flat_index(inputs[0].type.shape, indices)
+    inputs = {f"__in{k}": a for k, a in enumerate(arrays) if a.type.size}
+    flat = flat_index(arrays[0].type.shape, indices)
     inner = ["h2d::scalar_loop();"] + ([f"if (!({guard})) continue;"] if guard else [])
     inner += [f"const {e.compute} __x{k} = {e.load(f'__in{k}[{flat}]')};"
               for k, e in enumerate(elements)]
     inner += body + [f"__acc{k} = {expression};" for k, expression in enumerate(returned)]
-    if arrays:
+    if inputs:
         lines.append(" ".join(loops) + " {\n    " + "\n    ".join(inner) + "\n}")
     lines += [f"__out{k} = {element.store(f'__acc{k}')};" for k, element in enumerate(results)]
+    b.indexed_map(label, list(targets), inputs, scalars, "\n".join(lines), work_per_element)
 
+
+def _emit(b: Builder, op: ir.Op, loops: Sequence[str], guard: str,
+          indices: Sequence[str], work_per_element: int) -> None:
+    """Accumulate straight into the results, from the init values."""
+    n = len(op.operands) // 2
+    inputs, inits = op.operands[:n], op.operands[n:]
+    starts = [b.scalar_operand(init) for init in inits]
     targets = [b.result_array(v) for v in op.results]
-    b.indexed_map(op.name.rsplit(".", 1)[-1], targets, arrays, scalars, "\n".join(lines))
+    arrays = [b.array(v) if v.type.size else Array("", v.type) for v in inputs]
+    _accumulate(b, op, op.name.rsplit(".", 1)[-1], arrays, indices, loops, guard, starts,
+                targets, work_per_element)
     for value, target in zip(op.results, targets):
         b.bind(value, target)
+
+
+def _reducer(op: ir.Op) -> ir.Op | None:
+    """The op of a reducer body that applies one binary op to its two arguments."""
+    block = op.regions[0].entry
+    if len(block.arguments) != 2 or len(block.ops) != 2:
+        return None
+    (reducer, terminator) = block.ops
+    if (terminator.operands != reducer.results
+            or set(reducer.operands) != set(block.arguments) or len(reducer.operands) != 2):
+        return None
+    return reducer
+
+
+def _is_float_sum(op: ir.Op) -> bool:
+    """A sum of f16 or bf16 values (held in float while computing)."""
+    reducer = _reducer(op)
+    return (reducer is not None and reducer.name == "stablehlo.add"
+            and dtypes.of(op.results[0].type).is_stored_as_bits)
+
+
+def _identity(op: ir.Op) -> object | None:
+    """The identity of the reducer body if it is one associative, commutative op of its two
+    arguments whose identity is exact (None otherwise)."""
+    reducer = _reducer(op)
+    if reducer is None:
+        return None
+    element = dtypes.of(op.results[0].type)
+    dtype = element.numpy
+    if element.is_bool:
+        table = {"stablehlo.add": False, "stablehlo.or": False, "stablehlo.xor": False,
+                 "stablehlo.maximum": False, "stablehlo.multiply": True,
+                 "stablehlo.and": True, "stablehlo.minimum": True}
+    elif element.is_integer:
+        info = ml_dtypes.iinfo(dtype)
+        table = {"stablehlo.add": 0, "stablehlo.or": 0, "stablehlo.xor": 0,
+                 "stablehlo.multiply": 1, "stablehlo.and": -1,  # all bits set
+                 "stablehlo.maximum": info.min, "stablehlo.minimum": info.max}
+    elif element.is_complex:  # (1+0i)(a+bi) is not exact for infinite a or b
+        table = {"stablehlo.add": complex(-0.0, -0.0)}
+    else:
+        table = {"stablehlo.add": -0.0, "stablehlo.multiply": 1.0,
+                 "stablehlo.maximum": -np.inf, "stablehlo.minimum": np.inf}
+    value = table.get(reducer.name)
+    return None if value is None else np.array(value).astype(dtype)[()]
 
 
 @register("stablehlo.reduce")
 def reduce(b: Builder, op: ir.Op) -> None:
     dimensions = tuple(int(d) for d in op.attr("dimensions"))
     shape = op.operands[0].type.shape
+    reduced = int(np.prod([shape[d] for d in dimensions], dtype=np.int64))
+    outputs = op.results[0].type.size
+    identity = _identity(op) if len(op.operands) == 2 else None
+    if (identity is not None and outputs < FEW_OUTPUTS and reduced >= 2 * MIN_CHUNK
+            and outputs * reduced >= PARALLEL_WORK):
+        _reduce_in_chunks(b, op, dimensions, identity)
+        return
     kept = iter(map_params(len(shape) - len(dimensions)))
     indices = [f"__r{dimensions.index(d)}" if d in dimensions else next(kept)
                for d in range(len(shape))]
     loops = [f"for (int64_t __r{j} = 0; __r{j} < {shape[d]}; ++__r{j})"
              for j, d in enumerate(dimensions)]
-    _emit(b, op, loops, "", indices)
+    _emit(b, op, loops, "", indices, reduced)
+
+
+def _reduce_in_chunks(b: Builder, op: ir.Op, dimensions: Sequence[int], identity) -> None:
+    """Partial results per chunk of the largest reduced dimension (a parallel map), then
+    the init value folded with the partials in chunk order."""
+    operand, init = op.operands
+    shape = operand.type.shape
+    split = max(dimensions, key=lambda d: shape[d])
+    reduced = int(np.prod([shape[d] for d in dimensions], dtype=np.int64))
+    chunks = int(min(MAX_CHUNKS, shape[split], reduced // MIN_CHUNK))
+    out_type = op.result.type
+    kept_rank = out_type.rank
+    partial_type = ir.TensorType((*out_type.shape, chunks), out_type.element)
+    partials = b.add_array("partials", partial_type)
+    kept = iter(map_params(kept_rank))
+    chunk = f"__i{kept_rank}"
+    indices, loops = [], []
+    for d in range(len(shape)):
+        if d not in dimensions:
+            indices.append(next(kept))
+            continue
+        j = dimensions.index(d)
+        indices.append(f"__r{j}")
+        if d == split:
+            low = f"(int64_t){chunk} * {shape[d]} / {chunks}"
+            high = f"((int64_t){chunk} + 1) * {shape[d]} / {chunks}"
+            loops.append(f"for (int64_t __r{j} = {low}; __r{j} < {high}; ++__r{j})")
+        else:
+            loops.append(f"for (int64_t __r{j} = 0; __r{j} < {shape[d]}; ++__r{j})")
+    start = Literal(identity, ir.TensorType((), out_type.element))
+    _accumulate(b, op, "reduce_chunks", [b.array(operand)], indices, loops, "",
+                [start], [partials], reduced // chunks)
+    target = b.result_array(op.result)
+    parts = [*map_params(kept_rank), "__c"]
+    _accumulate(b, op, "reduce_partials", [partials], parts,
+                [f"for (int64_t __c = 0; __c < {chunks}; ++__c)"], "",
+                [b.scalar_operand(init)], [target], chunks)
+    b.bind(op.result, target)
 
 
 @register("stablehlo.reduce_window")
@@ -87,7 +210,8 @@ def reduce_window(b: Builder, op: ir.Op) -> None:
         guards.append(f"{position} >= 0 && {position} % {base[d]} == 0 && "
                       f"{position} / {base[d]} < {shape[d]}")
         indices.append(f"{position} / {base[d]}")
-    _emit(b, op, loops, " && ".join(f"({g})" for g in guards), indices)
+    _emit(b, op, loops, " && ".join(f"({g})" for g in guards), indices,
+          int(np.prod(window, dtype=np.int64)))
 
 
 @register("stablehlo.select_and_scatter")
