@@ -388,3 +388,23 @@ def test_counted_loops_become_dace_for_loops_updating_in_place():
             if isinstance(state, dace.SDFGState) for n in state.nodes()
             if isinstance(n, dace.nodes.MapEntry)]
     assert all(int(n.map.range.num_elements()) < 50 * 3 for n in maps), maps
+
+
+def test_scatter_into_a_carried_array_updates_it_in_place():
+    """``x.at[idx[i]].add(u[i])`` in a fori_loop: the loop body scatters into the carried
+    array itself; no map in the loop spans the whole array."""
+    from dace.sdfg.state import LoopRegion
+
+    x = sample(np.float64, (400,))
+    idx = np.random.default_rng(2).integers(0, 400, 30).astype(np.int32)
+    u = sample(np.float64, (30,), seed=3)
+
+    def f(x, idx, u):
+        return lax.fori_loop(0, 30, lambda i, x: x.at[idx[i]].add(u[i]), x)
+
+    assert_matches_jax(f, x, idx, u)
+    sdfg = hlo2dace.jit(f).lower(x, idx, u).as_sdfg()
+    (loop,) = [n for n in sdfg.all_control_flow_regions() if isinstance(n, LoopRegion)]
+    maps = [n for state in loop.all_control_flow_blocks() if isinstance(state, dace.SDFGState)
+            for n in state.nodes() if isinstance(n, dace.nodes.MapEntry)]
+    assert all(int(n.map.range.num_elements()) < 400 for n in maps), maps

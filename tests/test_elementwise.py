@@ -36,6 +36,7 @@ from util import (
     INTEGER_DTYPES,
     UNSIGNED_DTYPES,
     assert_arrays_match,
+    assert_matches_jax,
     dtype_id,
     pairs,
     special_values,
@@ -658,3 +659,31 @@ def test_complex_cbrt_is_the_principal_root(dtype):
     result = hlo2dace.compile_text(m.text())(z)
     expected = np.exp(np.log(z.astype(np.complex128)) / 3).astype(dtype)
     np.testing.assert_allclose(result, expected, rtol=4 * np.finfo(dtype).eps)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=dtype_id)
+def test_chlo_special_functions(dtype):
+    """CHLO ops JAX emits (erf, erf_inv, lgamma, digamma, polygamma, zeta, igamma, the Bessel
+    functions, the inverse hyperbolics, next_after...) are legalised by jaxlib's own pass
+    into StableHLO (loops included, for igamma) and run through hlo2dace. Their polynomial
+    and series evaluations round each op, where XLA contracts them into FMAs: a relative
+    tolerance of a few ULP per term."""
+    import jax.scipy.special as sp
+
+    x = np.concatenate([np.linspace(0.05, 0.95, 19), [0.0, -0.0, 1.0, 2.5, 7.0, 30.0, np.nan,
+                                                      np.inf]]).astype(dtype)
+
+    def f(x):
+        unit = jnp.clip(x, -0.99, 0.99)
+        return {"erf": lax.erf(x), "erfc": lax.erfc(x), "erf_inv": lax.erf_inv(unit),
+                "lgamma": lax.lgamma(x), "digamma": lax.digamma(x),
+                "polygamma": sp.polygamma(1, x), "zeta": sp.zeta(x + 1.5, x + 1),
+                "igamma": lax.igamma(x + 0.5, x), "igammac": lax.igammac(x + 0.5, x),
+                "i0e": lax.bessel_i0e(x), "i1e": lax.bessel_i1e(x), "asinh": jnp.arcsinh(x),
+                "acosh": jnp.arccosh(x + 1), "atanh": jnp.arctanh(unit), "sinh": jnp.sinh(x),
+                "cosh": jnp.cosh(x), "square": jnp.square(x),
+                "next_after": jnp.nextafter(x, jnp.full_like(x, 1.0))}
+
+    rtol = 1e-5 if dtype == np.float32 else 1e-13
+    # XLA simplifies acosh(-0.0 + 1)'s inner (y - 1) back to -0.0 and returns -0.0
+    assert_matches_jax(f, x, rtol=rtol, atol=rtol, signed_zeros=False)

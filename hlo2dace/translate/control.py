@@ -11,7 +11,8 @@ passes can analyse; any other loop runs its condition region at the top of every
 iteration and leaves through a ``BreakBlock``. Each carried value lives in one array for
 the whole loop; a value the body passes through unchanged gets none. The body writes a new
 carried value straight into its array where that is safe (an elementwise update, or a
-``dynamic_update_slice`` of a carried tensor nothing else reads, also through calls);
+``dynamic_update_slice`` or ``scatter`` into a carried tensor nothing else reads, also
+through calls);
 other new values are copied back at the end of the iteration.
 
 ``stablehlo.case`` and ``stablehlo.if`` become a ``ConditionalBlock`` whose branches write
@@ -124,7 +125,7 @@ def _in_place(function_block: ir.Block, argument: ir.Value, returned: ir.Value,
     """Whether ``returned`` may be written into the array that holds ``argument`` while
     the block runs: ``argument``'s only use is the op producing ``returned``, and that op
     reads it at the position it writes (elementwise), updates it in place
-    (``dynamic_update_slice``), or is a call whose callee does so."""
+    (``dynamic_update_slice``, ``scatter``), or is a call whose callee does so."""
     users = [o for o in function_block.ops if any(argument == v for inner in o.walk()
                                                   for v in inner.operands)]
     if len(users) != 1 or returned not in users[0].results:
@@ -134,6 +135,10 @@ def _in_place(function_block: ir.Block, argument: ir.Value, returned: ir.Value,
         return True
     if user.name == "stablehlo.dynamic_update_slice":
         return user.operands[0] == argument and argument not in user.operands[1:]
+    if user.name == "stablehlo.scatter":  # operands: n inputs, the indices, n updates
+        k = user.operands.index(argument)
+        return (k < len(user.results) and user.operands.count(argument) == 1
+                and user.results[k] == returned)
     if user.name in ("func.call", "stablehlo.call"):
         callee = user.attr("callee")
         function = functions.get(callee.name if isinstance(callee, ir.SymbolRef) else "")

@@ -180,7 +180,7 @@ def pad(b: Builder, op: ir.Op) -> None:
     b.bind(op.result, target)
 
 
-def _clamped_starts(values: list[ir.Value], starts: list[str], sizes, shape) -> list[str]:
+def clamped_starts(values: list[ir.Value], starts: list[str], sizes, shape) -> list[str]:
     """C++ for the start indices clamped into ``[0, n - k]`` as the spec says (unsigned
     indices compared as unsigned: a ui64 index above INT64_MAX is too large, not negative)."""
     out = []
@@ -198,7 +198,7 @@ def dynamic_slice(b: Builder, op: ir.Op) -> None:
     sizes = op.attr("slice_sizes")
     target = b.result_array(op.result)
     scalars = {f"__s{d}": b.scalar_operand(v) for d, v in enumerate(start_values)}
-    starts = _clamped_starts(start_values, list(scalars), sizes, operand.type.shape)
+    starts = clamped_starts(start_values, list(scalars), sizes, operand.type.shape)
     lines = [f"const int64_t __start{d} = {s};" for d, s in enumerate(starts)]
     indices = [f"__start{d} + __i{d}" for d in range(len(sizes))]
     lines.append(f"__out = __src[{flat_index(operand.type.shape, indices)}];")
@@ -213,7 +213,7 @@ def dynamic_update_slice(b: Builder, op: ir.Op) -> None:
     shape, sizes = operand.type.shape, update.type.shape
     target = b.result_array(op.result)
     scalars = {f"__s{d}": b.scalar_operand(v) for d, v in enumerate(start_values)}
-    starts = _clamped_starts(start_values, list(scalars), sizes, shape)
+    starts = clamped_starts(start_values, list(scalars), sizes, shape)
     lines = [f"const int64_t __start{d} = {s};" for d, s in enumerate(starts)]
     inside = " && ".join(f"(int64_t)__i{d} >= __start{d} && (int64_t)__i{d} < __start{d} + {k}"
                          for d, k in enumerate(sizes)) or "true"

@@ -1,0 +1,349 @@
+"""Indexing ops: ``stablehlo.gather`` and ``stablehlo.scatter`` with every dimension
+number of the spec (batching dimensions included), start indices of any integer type and
+variadic scatters with any update body made of elementwise ops.
+
+A gather is one map over its result: each element reads its start index vector, clamps
+it as the spec says and reads the operand (in place, also through a view). A scatter
+copies its operands into its results, then applies the updates in a map or a loop that
+keeps XLA's order wherever the order can change a result: updates whose window leaves the
+operand anywhere are dropped whole, and updates that meet at one element are combined one
+after another, in the row-major order of the update's scatter index. Only where that order
+cannot matter do updates run in parallel (see ``_plan``)."""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import dace
+import numpy as np
+
+from .. import ir
+from . import dtypes
+from .builder import (
+    Array,
+    Builder,
+    Literal,
+    View,
+    dace_shape,
+    flat_index,
+    map_params,
+    schedule_for,
+)
+from .fusion import scalar_region
+from .literals import literal
+from .registry import register
+from .shape import clamped_starts
+
+Reader = Callable[[Sequence[str]], str]
+
+#: update bodies whose result does not depend on the order of the updates when the
+#: element type is an integer or a boolean (wrapping arithmetic is exact)
+ORDER_FREE_BODIES = ("stablehlo.add", "stablehlo.multiply", "stablehlo.maximum",
+                     "stablehlo.minimum", "stablehlo.and", "stablehlo.or", "stablehlo.xor")
+#: such updates run in parallel with atomics only into results this large, where they
+#: rarely meet and wait for memory anyway; one thread updates a cached result faster
+ATOMIC_MIN_BYTES = 1 << 20
+#: the fewest window elements of a scatter that one map iteration updates (see ``_plan``)
+CHUNK = 64
+
+
+def _reader(b: Builder, value: ir.Value, conn: str, arrays: dict[str, Array]) -> Reader:
+    """A function from C++ subscripts of ``value`` to a C++ expression of the element there
+    (storage type). Arrays are read through the pointer ``conn`` (added to ``arrays``),
+    views in place through their source, splat literals as literals."""
+    binding = b.operand(value)
+    if isinstance(binding, Literal):
+        text = literal(binding.value, dtypes.of(value.type), storage=True)
+        return lambda indices: text
+    if isinstance(binding, View):
+        source = binding.source
+        if value.type.size:
+            arrays[conn] = source
+
+        def read_view(indices):
+            subscripts = [str(axis.offset) if axis.dim is None else indices[axis.dim]
+                          if (axis.offset, axis.stride) == (0, 1) else
+                          f"{axis.offset} + {axis.stride} * (int64_t)({indices[axis.dim]})"
+                          for axis in binding.axes]
+            return f"{conn}[{flat_index(source.type.shape, subscripts)}]"
+
+        return read_view
+    if value.type.size:
+        arrays[conn] = binding
+    return lambda indices: f"{conn}[{flat_index(value.type.shape, indices)}]"
+
+
+def _start_index(read_index: Reader, batch: Sequence[str], index_vector_dim: int, k: int,
+                 rank: int) -> str:
+    """C++ for component ``k`` of the start index vector of the batch position ``batch``
+    (``index_vector_dim == rank``: each index is a vector of one component)."""
+    position = list(batch)
+    if index_vector_dim < rank:
+        position.insert(index_vector_dim, str(k))
+    return f"(int64_t)({read_index(position)})"
+
+
+def _sum(terms: Sequence[str]) -> str:
+    return " + ".join(f"(int64_t)({t})" for t in terms) or "0"
+
+
+def _numbers(b: Builder, op: ir.Op, name: str) -> dict:
+    numbers = op.attr(name)
+    if not isinstance(numbers, ir.StructAttr):
+        raise b.unsupported(f"{name} {numbers!r}")
+    return {key: tuple(int(v) for v in value) if isinstance(value, tuple) else int(value)
+            for key, value in numbers.fields.items()}
+
+
+# -------------------------------------------------------------------------- gather
+
+
+@register("stablehlo.gather")
+def gather(b: Builder, op: ir.Op) -> None:
+    operand, indices = op.operands
+    numbers = _numbers(b, op, "dimension_numbers")
+    offset_dims = numbers.get("offset_dims", ())
+    collapsed = numbers.get("collapsed_slice_dims", ())
+    operand_batching = numbers.get("operand_batching_dims", ())
+    indices_batching = numbers.get("start_indices_batching_dims", ())
+    start_index_map = numbers.get("start_index_map", ())
+    index_vector_dim = numbers.get("index_vector_dim", 0)
+    sizes = tuple(int(s) for s in op.attr("slice_sizes"))
+    t = op.result.type
+    dtypes.of(t, op.name, op.location)
+    shape = operand.type.shape
+
+    source = b.operand(operand)
+    if isinstance(source, Literal):
+        b.bind(op.result, Literal(source.value, t))
+        return
+    target = b.result_array(op.result)
+    b.bind(op.result, target)
+    if t.size == 0:
+        return
+    arrays: dict[str, Array] = {}
+    read_operand = _reader(b, operand, "__src", arrays)
+    read_index = _reader(b, indices, "__idx", arrays)
+    batch = [f"__i{d}" for d in range(t.rank) if d not in offset_dims]
+    starts = [_start_index(read_index, batch, index_vector_dim, k, indices.type.rank)
+              for k in range(len(start_index_map))]
+    clamped = clamped_starts([indices] * len(starts), starts,
+                              [sizes[d] for d in start_index_map],
+                              [shape[d] for d in start_index_map])
+    lines = [f"const int64_t __start{k} = {c};" for k, c in enumerate(clamped)]
+    offsets = iter(f"__i{d}" for d in offset_dims)
+    position = []
+    for d in range(operand.type.rank):
+        terms = []
+        if d in start_index_map:
+            terms.append(f"__start{start_index_map.index(d)}")
+        if d in operand_batching:
+            d_start = indices_batching[operand_batching.index(d)]
+            terms.append(batch[d_start - (d_start > index_vector_dim)])
+        if d not in collapsed and d not in operand_batching:
+            terms.append(next(offsets))
+        position.append(_sum(terms))
+    lines.append(f"__out = {read_operand(position)};")
+    b.indexed_map("gather", target, arrays, {}, "\n".join(lines))
+
+
+# ------------------------------------------------------------------------- scatter
+
+
+def _order_free(region: ir.Region, element: dtypes.ElementType) -> bool:
+    """Whether the body is one associative, commutative op of its two arguments whose
+    result is exact in ``element`` (so concurrent updates may apply in any order)."""
+    block = region.entry
+    if len(block.ops) != 2 or not (element.is_integer or element.is_bool):
+        return False
+    body, terminator = block.ops
+    return (body.name in ORDER_FREE_BODIES and len(body.operands) == 2
+            and {v.name for v in body.operands} == {v.name for v in block.arguments}
+            and terminator.operands[0].name == body.result.name)
+
+
+def _plan(op: ir.Op, numbers: dict, window_of: dict[int, int],
+          atomic: bool) -> tuple[tuple[int, ...], int]:
+    """How the updates are spread over a map: the update dimensions it runs over, and the
+    length of the chunks of the (flattened) remaining window it also runs over (0: none).
+    Every dimension with atomic updates or unique indices. Otherwise the batching
+    dimensions, whose updates never meet; and chunks of the window if every window
+    dimension that an index moves spans its whole operand dimension, so that in-bounds
+    windows start at 0 there and different window positions never meet (contiguous
+    chunks of ``CHUNK`` elements or more: threads that share cache lines are slow). The
+    rest is looped over in order in each iteration: updates that meet combine in order."""
+    updates = op.operands[len(op.operands) // 2 + 1]
+    rank = updates.type.rank
+    if atomic or op.attr("unique_indices", False):
+        return tuple(range(rank)), 0
+    window_dims = numbers.get("update_window_dims", ())
+    scatter_dims = [d for d in range(rank) if d not in window_dims]
+    ivd = numbers.get("index_vector_dim", 0)
+    batching = tuple(sorted(scatter_dims[d - (d > ivd)]
+                            for d in numbers.get("scatter_indices_batching_dims", ())))
+    window = int(np.prod([updates.type.shape[d] for d in window_dims], dtype=np.int64))
+    shape = op.operands[0].type.shape
+    if window < 2 * CHUNK or any(d in window_of and updates.type.shape[window_of[d]] != shape[d]
+                                 for d in numbers.get("scatter_dims_to_operand_dims", ())):
+        return batching, 0
+    return batching, -(-window // (window // CHUNK))
+
+
+def _pointer_map(b: Builder, label: str, shape: Sequence[int], inputs: dict[str, Array],
+                 outputs: dict[str, Array], code: str, work_per_element: int) -> None:
+    """One tasklet in a map over ``shape`` (alone for no dimensions) that sees every array
+    whole through a pointer connector, one-element arrays included, and may write any
+    element of its ``outputs``."""
+
+    def memlet(array: Array, dynamic: bool = False) -> dace.Memlet:
+        full = ", ".join(f"0:{n}" for n in dace_shape(array.type))
+        return dace.Memlet(f"{array.name}[{full}]", dynamic=dynamic)
+
+    in_memlets = {conn: memlet(array) for conn, array in inputs.items()}
+    out_memlets = {conn: memlet(array, dynamic=True) for conn, array in outputs.items()}
+    input_nodes = {a.name: b.read(a.name) for a in inputs.values()}
+    output_nodes = {a.name: b.write(a.name) for a in outputs.values()}
+    if shape:
+        ranges = {p: f"0:{n}" for p, n in zip(map_params(len(shape)), shape)}
+        tasklet, _, _ = b.state.add_mapped_tasklet(
+            b.fresh(label), ranges, in_memlets, code, out_memlets,
+            language=dace.Language.CPP, external_edges=True, input_nodes=input_nodes,
+            output_nodes=output_nodes, schedule=schedule_for(shape, work_per_element),
+            debuginfo=b.debuginfo())
+    else:
+        tasklet = b.state.add_tasklet(b.fresh(label), dict.fromkeys(inputs),
+                                      dict.fromkeys(outputs), code,
+                                      language=dace.Language.CPP, debuginfo=b.debuginfo())
+        for conn, m in in_memlets.items():
+            b.state.add_edge(input_nodes[m.data], None, tasklet, conn, m)
+        for conn, m in out_memlets.items():
+            b.state.add_edge(tasklet, conn, output_nodes[m.data], None, m)
+    for connectors, arrays in ((tasklet.in_connectors, inputs),
+                               (tasklet.out_connectors, outputs)):
+        for conn, array in arrays.items():
+            connectors[conn] = dace.pointer(dtypes.of(array.type).storage)
+
+
+@register("stablehlo.scatter")
+def scatter(b: Builder, op: ir.Op) -> None:
+    n = (len(op.operands) - 1) // 2
+    inputs, indices, updates = op.operands[:n], op.operands[n], op.operands[n + 1:]
+    numbers = _numbers(b, op, "scatter_dimension_numbers")
+    window_dims = numbers.get("update_window_dims", ())
+    inserted = numbers.get("inserted_window_dims", ())
+    input_batching = numbers.get("input_batching_dims", ())
+    indices_batching = numbers.get("scatter_indices_batching_dims", ())
+    to_operand = numbers.get("scatter_dims_to_operand_dims", ())
+    index_vector_dim = numbers.get("index_vector_dim", 0)
+    shape, update_shape = inputs[0].type.shape, updates[0].type.shape
+    elements = [dtypes.of(v.type, op.name, op.location) for v in op.results]
+    update_elements = [dtypes.of(v.type, op.name, op.location) for v in updates]
+
+    targets = [b.result_array(v) for v in op.results]
+    for value, target, result in zip(inputs, targets, op.results):
+        source = b.operand(value)
+        if not (isinstance(source, Array) and source.name == target.name):  # else in place
+            b.copy_into(source, target)
+        b.bind(result, target)
+    if targets[0].type.size == 0 or updates[0].type.size == 0:
+        return
+
+    # operand dimension -> the update dimension its window runs along (None: inserted or
+    # batching, a window of one element), and the size of the window there
+    window_of: dict[int, int] = {}
+    free = iter(window_dims)
+    for d in range(len(shape)):
+        if d not in inserted and d not in input_batching:
+            window_of[d] = next(free)
+    window_sizes = [update_shape[window_of[d]] if d in window_of else 1
+                    for d in range(len(shape))]
+    result_bytes = targets[0].type.size * elements[0].storage_numpy.itemsize
+    worth_threads = schedule_for(update_shape) != dace.ScheduleType.Sequential
+    atomic = (worth_threads and n == 1 and _order_free(op.regions[0], elements[0])
+              and result_bytes >= ATOMIC_MIN_BYTES)
+    parallel, chunk = _plan(op, numbers, window_of, atomic)
+    if not worth_threads:  # one thread: the plain loop nest
+        parallel, chunk = (), 0
+
+    arrays: dict[str, Array] = {}
+    read_index = _reader(b, indices, "__idx", arrays)
+    read_updates = [_reader(b, v, f"__upd{k}", arrays) for k, v in enumerate(updates)]
+    params = map_params(len(parallel) + bool(chunk))
+    update_index = [params[parallel.index(d)] if d in parallel else f"__u{d}"
+                    for d in range(len(update_shape))]
+    scatter_dims = [d for d in range(len(update_shape)) if d not in window_dims]
+    scatter_index = [update_index[d] for d in scatter_dims]
+    map_shape = [update_shape[d] for d in parallel]
+
+    def loop(variable: str, first: str, end: str) -> str:
+        return (f"for (int64_t {variable} = {first}; {variable} < {end}; ++{variable}) {{\n"
+                "h2d::scalar_loop();")
+
+    lines = [loop(f"__u{d}", "0", str(update_shape[d]))
+             for d in scatter_dims if d not in parallel]
+    opened = len(lines) + 1  # blocks: the loops and the bounds check
+    inside = []
+    for k in range(len(to_operand)):
+        start = _start_index(read_index, scatter_index, index_vector_dim, k,
+                             indices.type.rank)
+        lines.append(f"const int64_t __start{k} = {start};")
+        bound = shape[to_operand[k]] - window_sizes[to_operand[k]]
+        inside.append(f"(uint64_t)__start{k} <= {bound}ull")
+    lines.append(f"if ({' && '.join(inside) or 'true'}) {{")
+    looped_window = [d for d in window_dims if d not in parallel]
+    if chunk:  # one flat loop over this iteration's chunk of the window
+        window = int(np.prod([update_shape[d] for d in looped_window], dtype=np.int64))
+        first = f"{params[-1]} * {chunk}LL"
+        lines.append(loop("__w", first, f"std::min<int64_t>({window}LL, {first} + {chunk}LL)"))
+        opened += 1
+        stride = window
+        for d in looped_window:
+            stride //= update_shape[d]
+            update_index[d] = f"(__w / {stride}LL) % {update_shape[d]}LL"
+        map_shape.append(-(-window // chunk))
+    else:
+        lines += [loop(f"__u{d}", "0", str(update_shape[d])) for d in looped_window]
+        opened += len(looped_window)
+    position = []
+    for d in range(len(shape)):
+        terms = []
+        if d in to_operand:
+            terms.append(f"__start{to_operand.index(d)}")
+        if d in input_batching:
+            d_start = indices_batching[input_batching.index(d)]
+            terms.append(scatter_index[d_start - (d_start > index_vector_dim)])
+        if d in window_of:
+            terms.append(update_index[window_of[d]])
+        position.append(_sum(terms))
+    lines.append(f"const int64_t __at = {flat_index(shape, position)};")
+    lines += [f"const {e.compute} __x{k} = {e.load(read(update_index))};"
+              for k, (e, read) in enumerate(zip(update_elements, read_updates))]
+
+    saved = b.current_op
+    body, returned = scalar_region(b, op.regions[0].entry,
+                                   [f"__c{k}" for k in range(n)] +
+                                   [f"__x{k}" for k in range(n)], "__v")
+    b.current_op = saved
+    if atomic:  # a compare-and-swap loop: the body applied to what the element holds now
+        (e,) = elements
+        storage = e.storage.ctype
+        lines += [f"{storage}* __p = &__res0[__at];",
+                  f"{storage} __old = __atomic_load_n(__p, __ATOMIC_RELAXED), __new;",
+                  "do {", f"const {e.compute} __c0 = {e.load('__old')};", *body,
+                  f"__new = {e.store(returned[0])};",
+                  "} while (!__atomic_compare_exchange_n(__p, &__old, __new, true, "
+                  "__ATOMIC_RELAXED, __ATOMIC_RELAXED));"]
+    else:
+        lines += [f"const {e.compute} __c{k} = {e.load(f'__res{k}[__at]')};"
+                  for k, e in enumerate(elements)]
+        lines += body
+        lines += [f"__res{k}[__at] = {e.store(r)};"
+                  for k, (e, r) in enumerate(zip(elements, returned))]
+    lines.append("}" * opened)
+
+    outputs = {f"__res{k}": target for k, target in enumerate(targets)}
+    # the results as inputs too: the updates come after the copies of the operands
+    ordering = {f"__prev{k}": target for k, target in enumerate(targets)}
+    work = updates[0].type.size // max(1, int(np.prod(map_shape, dtype=np.int64)))
+    _pointer_map(b, "scatter", map_shape, {**arrays, **ordering}, outputs, "\n".join(lines),
+                 work)

@@ -1,0 +1,377 @@
+"""stablehlo.gather and stablehlo.scatter (translate/indexing.py) against jax.jit and XLA:
+NumPy-style indexing, take/take_along_axis, ``.at[]`` updates and segment reductions over
+many dtypes, with duplicate, negative and out-of-range indices in every mode; index types
+of every width; batching dimensions (vmap); empty and 0-d edge cases; the order in which
+duplicate updates are combined; and random dimension numbers written as StableHLO text
+(any index_vector_dim, which JAX never emits) compared with XLA directly."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+from jax import lax
+
+import hlo2dace
+from hlo2dace.translate.builder import PARALLEL_WORK
+from hlo2dace.translate.indexing import ATOMIC_MIN_BYTES, CHUNK
+from hlo2dace.xla import run_module
+
+from util import assert_arrays_match, assert_matches_jax, dtype_id, special_values
+
+DTYPES = (np.float32, np.float64, np.int32, np.int64, np.int8, np.uint8, np.bool_,
+          np.complex64, ml_dtypes.bfloat16, np.float16)
+
+
+def sample(dtype, shape, seed: int = 0) -> np.ndarray:
+    values = special_values(dtype, np.random.default_rng(seed), random=max(8, int(np.prod(shape))))
+    return np.resize(np.random.default_rng(seed + 1).permutation(values), shape).astype(dtype)
+
+
+#: positions into a dimension of 5: duplicates, negative (counted from the end by jnp, out
+#: of bounds for lax) and out of range on both sides
+INDICES = np.array([2, 0, -1, 7, 2, -9, 4, 0, 2], np.int32)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
+def test_numpy_indexing_and_updates(dtype):
+    x = sample(dtype, (5, 4))
+    u = sample(dtype, (9, 4), seed=2)
+    r = sample(dtype, (5, 9), seed=3)
+    i = INDICES
+    j = np.array([[3, 0, 3], [1, -2, 9], [0, 0, 2], [-4, 3, 1], [2, 2, 2]], np.int32)
+    numeric = dtype != np.bool_
+    fill = sample(dtype, (), seed=4).item()
+
+    def f(x, u, r, i, j):
+        out = {
+            "embedding": x[i],
+            "columns": x[:, i[:4]],
+            "pairs": x[i, i[::-1] % 4],
+            "take_along_axis": jnp.take_along_axis(x, j, axis=1),
+            "take_clip": jnp.take(x, i, axis=0, mode="clip"),
+            "take_fill": jnp.take(x, i, axis=1, mode="fill"),
+            "take_fill_value": jnp.take(x, i, axis=0, mode="fill", fill_value=fill),
+            "set": x.at[i].set(u),
+            "set_drop": x.at[i].set(u, mode="drop"),
+            "set_clip": x.at[i].set(u, mode="clip"),
+            "set_columns": x.at[:, i[:4]].set(r[:, :4]),
+            "set_scalar": x.at[i[1], i[2]].set(u[0, 0]),
+            "min": x.at[i].min(u),
+            "max": x.at[i].max(u, mode="drop"),
+            "segment_max": jax.ops.segment_max(u, i % 5, num_segments=6),
+        }
+        if numeric:
+            out.update({
+                "add": x.at[i].add(u),
+                "add_drop": x.at[i].add(u, mode="drop"),
+                "add_columns": x.at[:, i].add(r),
+                "mul": x.at[i].multiply(u),
+                "segment_sum": jax.ops.segment_sum(u, i, num_segments=5),
+            })
+        return out
+
+    # XLA contracts the complex products of a scatter body into FMAs (its elementwise
+    # multiply, and hlo2dace, round each product): a few ULP apart
+    tolerances = {"['mul']": 4} if dtype == np.complex64 else None
+    assert_matches_jax(f, x, u, r, i, j, tolerances=tolerances)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int16, np.uint16, np.int32,
+                                   np.uint32, np.int64, np.uint64], ids=dtype_id)
+def test_index_element_types(dtype):
+    """Start indices of every integer type reach the op unconverted (lax, not jnp): the
+    gather clamps them and the scatter drops what lies outside, unsigned values above the
+    signed range included."""
+    info = np.iinfo(dtype)
+    i = np.array([0, 3, 1, 4, 5, info.max, info.min, info.max - 1, 1], dtype).reshape(9, 1)
+    x = sample(np.float32, (6, 3))
+    u = sample(np.float32, (9, 2), seed=1)
+    gather = lax.GatherDimensionNumbers(offset_dims=(1,), collapsed_slice_dims=(0,),
+                                        start_index_map=(0,))
+    scatter = lax.ScatterDimensionNumbers(update_window_dims=(1,), inserted_window_dims=(0,),
+                                          scatter_dims_to_operand_dims=(0,))
+
+    def f(x, u, i):
+        return {
+            "gather": lax.gather(x, i, gather, (1, 2), mode="promise_in_bounds"),
+            "scatter_add": lax.scatter_add(x, i, u, scatter, mode="promise_in_bounds"),
+            "scatter": lax.scatter(x, i, u, scatter, mode="promise_in_bounds"),
+        }
+
+    assert_matches_jax(f, x, u, i)
+
+
+def test_batching_dimensions_from_vmap():
+    x = sample(np.float64, (3, 5, 2))
+    i = np.array([[4, 0, 4, 1], [-1, 2, 9, 2], [1, 1, 1, 1]], np.int32)
+    u = sample(np.float64, (3, 4, 2), seed=1)
+
+    def f(x, i, u):
+        return {
+            "gather": jax.vmap(lambda r, j: r[j])(x, i),
+            "gather_inner": jax.vmap(lambda r, j: r[j], in_axes=(2, None))(x, i[0]),
+            "scatter": jax.vmap(lambda r, j, v: r.at[j].add(v))(x, i, u),
+            "scatter_set": jax.vmap(lambda r, j, v: r.at[j].set(v, mode="drop"))(x, i, u),
+            "nested": jax.vmap(jax.vmap(lambda r, j: r[j], in_axes=(1, None)),
+                               in_axes=(0, 0))(x, i[:, :2]),
+        }
+
+    text = jax.jit(f).lower(x, i, u).as_text()
+    assert "operand_batching_dims" in text and "input_batching_dims" in text
+    assert_matches_jax(f, x, i, u)
+
+
+def test_empty_and_zero_dimensional():
+    x = sample(np.float32, (5, 3))
+    s = np.float32(2.5)
+    e = np.zeros((0, 3), np.float32)
+    none = np.zeros((0,), np.int32)
+    one = np.array([3], np.int32)
+    i = INDICES
+    to_scalar = lax.GatherDimensionNumbers(offset_dims=(), collapsed_slice_dims=(),
+                                           start_index_map=())
+
+    def f(x, s, e, none, one, i):
+        return {
+            "no_indices": x[none],
+            "no_updates": x.at[none].add(x[none]),
+            "empty_operand": e[none],
+            "empty_window": x[:, :0][i],
+            "scalar_operand": lax.gather(s, jnp.zeros((4, 0), jnp.int32), to_scalar, ()),
+            "scalar_index": x[i[0]],
+            "one_index": (x[one], x.at[one].add(x[:1]), x[:1].at[one[0] - 3].mul(s)),
+            "one_element": x[:1, :1].at[i].add(jnp.ones((9, 1), jnp.float32), mode="drop"),
+            "splat_operand": jnp.full((5, 3), 7.0, jnp.float32)[i],
+            "view_operands": x.T[:, i].at[i[:2] % 3].set(jnp.broadcast_to(x[0, :2, None], (2, 9))),
+        }
+
+    assert_matches_jax(f, x, s, e, none, one, i)
+
+
+def test_duplicates_combine_in_update_order():
+    """Float additions round differently in another order; XLA adds in update order, and
+    the last of several sets wins."""
+    x = np.zeros(3, np.float32)
+    u = np.array([1e8, 1.0, -1e8, 1.0, 3.0, 1e-8, 7.0], np.float32)
+    i = np.array([0, 0, 0, 0, 2, 2, 2], np.int32)
+    m = np.zeros((3, 64), np.float32)
+    v = np.repeat(u[:, None], 64, 1) * np.linspace(1, 2, 64, dtype=np.float32)
+
+    def f(x, u, i, m, v):
+        return {
+            "add": x.at[i].add(u),
+            "set": x.at[i].set(u),
+            "rows": m.at[i].add(v),  # windows in parallel, updates in order
+            "rows_set": m.at[i].set(v),
+            "apply": x.at[i].apply(jnp.sin),
+        }
+
+    assert_matches_jax(f, x, u, i, m, v)
+
+
+def test_updates_without_start_indices_all_combine():
+    """Updates whose start index vectors are empty all land on one window. The spec
+    combines them all; XLA's CPU scatter keeps only the last (the 1-d case) or fails to
+    compile (the 0-d operand), so the expectation is NumPy's."""
+    x = np.array([-13.0, 5.0], np.float32)
+    u = np.array([1.0, 4.0, 2.0], np.float32)
+    none = np.zeros((3, 0), np.int32)
+    into_vector = lax.ScatterDimensionNumbers(update_window_dims=(), inserted_window_dims=(0,),
+                                              scatter_dims_to_operand_dims=())
+    into_scalar = lax.ScatterDimensionNumbers(update_window_dims=(), inserted_window_dims=(),
+                                              scatter_dims_to_operand_dims=())
+
+    def f(x, u, none):
+        return (lax.scatter_add(x, none, u, into_vector),
+                lax.scatter_max(x[0], none, u, into_scalar))
+
+    vector, scalar = hlo2dace.jit(f)(x, u, none)
+    assert_arrays_match(np.array([-6.0, 5.0], np.float32), vector)
+    assert_arrays_match(np.float32(4.0), scalar)
+
+
+def test_partially_out_of_bounds_window_is_dropped_whole():
+    x = sample(np.float32, (4, 6))
+    u = sample(np.float32, (3, 2, 3), seed=1)
+    i = np.array([[0, 3], [3, 2], [2, 4]], np.int32)  # the windows at [3, 2] and [2, 4] overhang
+    numbers = lax.ScatterDimensionNumbers(update_window_dims=(1, 2), inserted_window_dims=(),
+                                          scatter_dims_to_operand_dims=(0, 1))
+
+    def f(x, u, i):
+        return lax.scatter_add(x, i, u, numbers, mode="promise_in_bounds")
+
+    assert_matches_jax(f, x, u, i)
+
+
+@pytest.mark.parametrize("large", [False, True], ids=["cached", "large"])
+@pytest.mark.parametrize("dtype", [np.int32, np.uint8, np.bool_, np.float32], ids=dtype_id)
+def test_parallel_updates(dtype, large):
+    """Integer and boolean add/max/min/or (atomic updates into large results), unique
+    indices (plain parallel writes), windows updated in parallel chunks, and many
+    duplicates, against the same sequential XLA result (enough updates for threads)."""
+    n = ATOMIC_MIN_BYTES // np.dtype(dtype).itemsize + 3 if large else 37
+    rng = np.random.default_rng(0)
+    i = np.concatenate([rng.integers(-3, 40, 5000), rng.integers(0, n + 3, PARALLEL_WORK)])
+    i = i.astype(np.int32)
+    u = sample(dtype, (i.size,), seed=2)
+    x = sample(dtype, (n,), seed=3)
+    perm = rng.permutation(n).astype(np.int32)[:5000]
+    rows = sample(dtype, (3, 2 * CHUNK + 1), seed=4)
+    per_batch = PARALLEL_WORK // 8 + 100  # batches updated in parallel
+
+    def f(x, u, i, perm, rows):
+        out = {
+            "max": x.at[i].max(u, mode="drop"),
+            "min": x.at[i].min(u, mode="drop"),
+            "unique": x.at[perm].set(u[:perm.size], unique_indices=True),
+            "rows": jnp.zeros((50, rows.shape[1]), dtype).at[i[:1000]].max(
+                jnp.resize(rows, (1000, rows.shape[1]))),
+            "rows_set": jnp.zeros((50, rows.shape[1]), dtype).at[i[:1000]].set(
+                jnp.resize(rows, (1000, rows.shape[1]))),
+            "batched": jax.vmap(lambda r, j, v: r.at[j].max(v, mode="drop"))(
+                jnp.broadcast_to(x[:37], (8, 37)), i[:8 * per_batch].reshape(8, per_batch),
+                u[:8 * per_batch].reshape(8, per_batch)),
+        }
+        if dtype == np.bool_:
+            out["or"] = jax.ops.segment_max(u, i, num_segments=n)
+        else:
+            out["add"] = x.at[i].add(u, mode="drop")
+            out["histogram"] = jnp.zeros(n, jnp.int32).at[i].add(1)
+        return out
+
+    assert_matches_jax(f, x, u, i, perm, rows)
+
+
+# -------------------------------------------- random dimension numbers, as StableHLO text
+
+INDEX_TYPES = {"i8": np.int8, "ui8": np.uint8, "i16": np.int16, "i32": np.int32,
+               "i64": np.int64, "ui32": np.uint32, "ui64": np.uint64}
+
+
+def _tensor(shape, element: str) -> str:
+    return f"tensor<{''.join(f'{n}x' for n in shape)}{element}>"
+
+
+def _field(name: str, values) -> str:
+    return f"{name} = [{', '.join(map(str, values))}]" if len(values) else ""
+
+
+def _indices(rng, n_start: int, operand_shape, batching):
+    """Random start indices: (shape, index_vector_dim, the indices' batching dimensions, a
+    NumPy array of a random integer type with values in and out of range). Without start
+    indices, the batch has at most one element per batching position: XLA combines only
+    the last of several updates that share an empty index vector (see
+    ``test_updates_without_start_indices_all_combine``)."""
+    batch = [int(n) for n in rng.integers(0, 4 if n_start else 2, rng.integers(0, 3))]
+    positions = []
+    for d in batching:
+        at = int(rng.integers(0, len(batch) + 1))
+        positions = [p + (p >= at) for p in positions] + [at]
+        batch.insert(at, operand_shape[d])
+    ivd = int(rng.integers(0, len(batch) + 1))
+    shape = list(batch)
+    if n_start != 1 or ivd < len(batch) or rng.random() < 0.5:
+        shape.insert(ivd, n_start)
+        positions = [p + (p >= ivd) for p in positions]
+    element = str(rng.choice(list(INDEX_TYPES)))
+    dtype = np.dtype(INDEX_TYPES[element])
+    hi = max(operand_shape, default=1) + 2
+    values = rng.integers(0 if dtype.kind == "u" else -2, hi, shape)
+    values = np.where(rng.random(shape) < 0.05, np.iinfo(dtype).max, values).astype(dtype)
+    return shape, ivd, positions, element, values, batch
+
+
+def _random_gather(rng, k: int, a: int):
+    """A random gather ``%r{k}`` of the arguments ``%arg{a}, %arg{a+1}``: their types and
+    values (None: a sample), the op's text and its result type."""
+    rank = int(rng.integers(1, 4))
+    shape = [int(n) for n in rng.integers(1, 5, rank)]
+    dims = list(rng.permutation(rank))
+    batching = sorted(d for d in dims if rng.random() < 0.25)
+    rest = [d for d in dims if d not in batching]
+    start_map = [int(d) for d in rest if rng.random() < 0.6]
+    collapsed = sorted(int(d) for d in rest if rng.random() < 0.4)
+    sizes = [1 if d in batching or d in collapsed else int(rng.integers(0, shape[d] + 1))
+             for d in range(rank)]
+    ishape, ivd, ibatching, element, values, batch = _indices(rng, len(start_map), shape,
+                                                              batching)
+    window = [sizes[d] for d in range(rank) if d not in batching and d not in collapsed]
+    result_rank = len(batch) + len(window)
+    offset_dims = sorted(int(d) for d in rng.choice(result_rank, len(window), replace=False))
+    windows, batches = iter(window), iter(batch)
+    result = [next(windows) if d in offset_dims else next(batches) for d in range(result_rank)]
+    fields = ", ".join(f for f in (
+        _field("offset_dims", offset_dims), _field("collapsed_slice_dims", collapsed),
+        _field("operand_batching_dims", batching),
+        _field("start_indices_batching_dims", ibatching),
+        _field("start_index_map", start_map), f"index_vector_dim = {ivd}") if f)
+    op = (f'%r{k} = "stablehlo.gather"(%arg{a}, %arg{a + 1}) {{dimension_numbers = '
+          f"#stablehlo.gather<{fields}>, slice_sizes = array<i64{': ' if rank else ''}"
+          f"{', '.join(map(str, sizes))}>, indices_are_sorted = false}} : "
+          f"({_tensor(shape, 'f32')}, {_tensor(ishape, element)}) -> "
+          f"{_tensor(result, 'f32')}")
+    return [(shape, "f32", None), (ishape, element, values)], op, _tensor(result, "f32")
+
+
+def _random_scatter(rng, k: int, a: int):
+    """A random scatter ``%r{k}`` of the arguments ``%arg{a}..%arg{a+2}``, as
+    ``_random_gather``."""
+    rank = int(rng.integers(1, 4))
+    shape = [int(n) for n in rng.integers(1, 5, rank)]
+    dims = list(rng.permutation(rank))
+    batching = sorted(d for d in dims if rng.random() < 0.25)
+    rest = [d for d in dims if d not in batching]
+    to_operand = [int(d) for d in rest if rng.random() < 0.6]
+    inserted = sorted(int(d) for d in rest if rng.random() < 0.4)
+    window = [int(rng.integers(0, shape[d] + 1)) for d in range(rank)
+              if d not in batching and d not in inserted]
+    ishape, ivd, ibatching, element, values, batch = _indices(rng, len(to_operand), shape,
+                                                              batching)
+    update_rank = len(batch) + len(window)
+    window_dims = sorted(int(d) for d in rng.choice(update_rank, len(window), replace=False))
+    windows, batches = iter(window), iter(batch)
+    updates = [next(windows) if d in window_dims else next(batches)
+               for d in range(update_rank)]
+    body = str(rng.choice(["add", "maximum", "set"]))
+    region = ("stablehlo.return %b : tensor<f32>" if body == "set" else
+              f"%s = stablehlo.{body} %a, %b : tensor<f32>\n stablehlo.return %s : tensor<f32>")
+    fields = ", ".join(f for f in (
+        _field("update_window_dims", window_dims), _field("inserted_window_dims", inserted),
+        _field("input_batching_dims", batching),
+        _field("scatter_indices_batching_dims", ibatching),
+        _field("scatter_dims_to_operand_dims", to_operand), f"index_vector_dim = {ivd}") if f)
+    op = (f'%r{k} = "stablehlo.scatter"(%arg{a}, %arg{a + 1}, %arg{a + 2}) ({{\n'
+          f"^bb0(%a: tensor<f32>, %b: tensor<f32>):\n{region}\n}}) {{"
+          f"scatter_dimension_numbers = #stablehlo.scatter<{fields}>, "
+          "indices_are_sorted = false, unique_indices = false} : "
+          f"({_tensor(shape, 'f32')}, {_tensor(ishape, element)}, {_tensor(updates, 'f32')})"
+          f" -> {_tensor(shape, 'f32')}")
+    arguments = [(shape, "f32", None), (ishape, element, values), (updates, "f32", None)]
+    return arguments, op, _tensor(shape, "f32")
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_random_dimension_numbers_match_xla(seed):
+    """Eight random gathers and eight random scatters (batching dimensions, collapsed and
+    inserted dimensions, index vectors along any dimension or implicit, every index type,
+    empty windows) in one module, run by hlo2dace and by XLA."""
+    rng = np.random.default_rng(seed)
+    arguments, ops, results = [], [], []
+    for k in range(16):
+        args, op, result = (_random_scatter if k % 2 else _random_gather)(rng, k,
+                                                                          len(arguments))
+        arguments += args
+        ops.append(op)
+        results.append(result)
+    signature = ", ".join(f"%arg{n}: {_tensor(s, e)}" for n, (s, e, _) in enumerate(arguments))
+    text = (f"func.func @main({signature}) -> ({', '.join(results)}) {{\n" + "\n".join(ops)
+            + f"\nreturn {', '.join(f'%r{k}' for k in range(16))} : {', '.join(results)}\n}}")
+    values = [sample(np.float32, s, seed=n) if v is None else v
+              for n, (s, _, v) in enumerate(arguments)]
+    expected = run_module(hlo2dace.lower_text(text).as_text(), values)
+    actual = hlo2dace.compile_text(text)(*values)
+    for n, (e, a) in enumerate(zip(expected, actual)):
+        assert_arrays_match(e, a, where=ops[n].splitlines()[0])
