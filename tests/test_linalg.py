@@ -1,27 +1,31 @@
-"""Differential tests of dot_general (translate/linalg.py) against jax.jit: the plain
-products matrix-matrix, matrix-vector, vector-matrix and vector-vector, with transposed
-operands, views as operands, empty and one-element shapes, and the errors for what the
-plain-product translator does not handle."""
+"""Differential tests of dot_general (translate/linalg.py) against jax.jit: plain products
+and every kind of dimension numbers (batch dimensions anywhere, several contracting
+dimensions in any order, none: outer products), transposed and viewed operands read in
+place, mixed element types (XLA's operand upcasting), integer wrapping, complex, bool,
+f16/bf16, NaN/inf/-0.0, empty dimensions, and both the BLAS and the loop-nest paths."""
 
 from __future__ import annotations
 
-import dace
 import jax
 import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
-from dace.libraries import blas
+from dace.sdfg import nodes
 from jax import lax
 
 import hlo2dace
 from hlo2dace.errors import UnsupportedError
+from hlo2dace.translate import linalg
 
 from util import assert_arrays_match, assert_matches_jax, dtype_id, special_values
 
 PRODUCT_DTYPES = (np.float32, np.float64, np.complex64, np.complex128, np.int32, np.int64)
+INTEGER_DTYPES = (np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64,
+                  np.uint64)
 
-#: summation order differs between OpenBLAS and XLA's Eigen: relative tolerances
+#: summation order differs between OpenBLAS, the loop nest and XLA's Eigen: relative
+#: tolerances per element of a sum of ~10 terms of size ~1
 RTOL = {np.dtype(np.float32): 2e-5, np.dtype(np.complex64): 2e-5,
         np.dtype(np.float64): 1e-13, np.dtype(np.complex128): 1e-13}
 
@@ -33,14 +37,30 @@ def operand(dtype, shape, seed: int = 0) -> np.ndarray:
     if dtype.kind in "iu":
         values = special_values(dtype, rng, random=max(8, int(np.prod(shape))))
         return np.resize(rng.permutation(values), shape).astype(dtype)
+    if dtype.kind == "b":
+        return rng.random(shape) < 0.3
     values = rng.standard_normal(shape)
     if dtype.kind == "c":
         values = values + 1j * rng.standard_normal(shape)
     return values.astype(dtype)
 
 
-def contract(lhs, rhs, lhs_dims, rhs_dims):
-    return lax.dot_general(lhs, rhs, ((lhs_dims, rhs_dims), ((), ())))
+def contract(lhs, rhs, lhs_dims, rhs_dims, lhs_batch=(), rhs_batch=(), **kwargs):
+    return lax.dot_general(lhs, rhs, ((lhs_dims, rhs_dims), (lhs_batch, rhs_batch)), **kwargs)
+
+
+def check(f, *args, **kwargs):
+    """``assert_matches_jax`` with the dtype's summation-order tolerance."""
+    rtol = max(RTOL.get(np.dtype(a.dtype), 0.0) for a in args)
+    return assert_matches_jax(f, *args, rtol=rtol, atol=rtol, **kwargs)
+
+
+def _tasklets(fun, *args) -> list[nodes.Tasklet]:
+    sdfg = hlo2dace.jit(fun).lower(*args).as_sdfg()
+    return [n for n, _ in sdfg.all_nodes_recursive() if isinstance(n, nodes.Tasklet)]
+
+
+# ----------------------------------------------------------------- plain products
 
 
 @pytest.mark.parametrize("dtype", PRODUCT_DTYPES, ids=dtype_id)
@@ -77,6 +97,7 @@ def test_products(dtype):
             "contract_vm_1": contract(u, x, (0,), (1,)),
             # views and literals as operands, products feeding elementwise ops
             "view_operands": x[::-1, 1:] @ w[1:, ::-1] - t,
+            "strided": x[::2, ::2] @ w[::2],
             "bcast_operand": jnp.broadcast_to(u, (4, k)) @ w,
             "literal_operand": jnp.ones((2, k), dtype) @ w,
             "row_times_matrix": x[1] @ w,
@@ -97,58 +118,7 @@ def test_products(dtype):
             "empty_n": x @ w[:, :0],
         }
 
-    rtol = RTOL.get(np.dtype(dtype), 0.0)
-    assert_matches_jax(f, x, w, u, v, t, rtol=rtol, atol=rtol)
-
-
-def test_products_other_dtypes():
-    """f16/bf16 (accumulated in float, rounded once) and 8- to 64-bit integers of either
-    signedness (wrapping), all in one program."""
-    dtypes = (np.float16, ml_dtypes.bfloat16, np.int8, np.uint8, np.int16, np.uint32,
-              np.uint64)
-    args = []
-    for i, dtype in enumerate(dtypes):
-        if np.dtype(dtype).kind == "f" or dtype == ml_dtypes.bfloat16:
-            args += [(operand(np.float32, (4, 9), seed=i) / 3).astype(dtype),
-                     (operand(np.float32, (9, 3), seed=i + 20) / 3).astype(dtype)]
-        else:
-            args += [operand(dtype, (4, 9), seed=i), operand(dtype, (9, 3), seed=i + 20)]
-
-    def f(*args):
-        out = {}
-        for dtype, x, w in zip(dtypes, args[::2], args[1::2]):
-            name = np.dtype(dtype).name
-            out[name] = {"mm": x @ w, "mv": x @ w[:, 0], "vm": x[1] @ w, "vv": x[2] @ w[:, 1],
-                         "xT": (x.T[:, :3] @ w.T).T}
-        return out
-
-    assert_matches_jax(f, *args, ulp=1)
-
-
-def _nodes(sdfg, kind):
-    return [node for node, _ in sdfg.all_nodes_recursive() if isinstance(node, kind)]
-
-
-def test_transposes_absorbed():
-    """Transposed operands become Gemm/Gemv's transA/transB flags, not copies: both when
-    JAX writes a stablehlo.transpose and when dot_general contracts dimension 0."""
-    x = operand(np.float64, (4, 6))
-    w = operand(np.float64, (4, 5), seed=1)
-
-    def f(x, w):
-        return {"xT_w": x.T @ w, "wT_x": w.T @ x, "contract": contract(x, w, (0,), (0,)),
-                "x_xT": x @ x.T, "xT_v": x.T @ w[:, 0]}
-
-    lowered = hlo2dace.jit(f).lower(x, w)
-    sdfg = lowered.as_sdfg()
-    gemms = _nodes(sdfg, blas.Gemm)
-    assert sorted((g.transA, g.transB) for g in gemms) == [(False, True), (True, False),
-                                                          (True, False), (True, False)]
-    (gemv,) = _nodes(sdfg, blas.Gemv)
-    assert gemv.transA
-    maps = _nodes(sdfg, dace.nodes.MapEntry)
-    assert len(maps) <= 1, f"copies of transposed operands: {[m.label for m in maps]}"
-    assert_matches_jax(f, x, w, rtol=1e-13)
+    check(f, x, w, u, v, t)
 
 
 def test_large_product():
@@ -163,56 +133,407 @@ def test_large_product():
                                atol=1e-6 * scale)
 
 
-# ------------------------------------------------------------------------ errors
+# ------------------------------------------------------------ dimension numbers
 
 
-ERROR_CASES = {
-    "batch": (lambda a, b: jnp.matmul(a, b), ((2, 3, 4), np.float32), ((2, 4, 5), np.float32),
-              "batch"),
-    "two_contracting": (lambda a, b: jnp.tensordot(a, b, 2), ((3, 4, 5), np.float32),
-                        ((4, 5), np.float32), "contracting"),
-    "mixed_types": (lambda a, b: lax.dot(a, b, preferred_element_type=np.int32),
-                    ((3, 4), np.int8), ((4, 2), np.int8), "mixed element types"),
-    "mixed_float": (lambda a, b: lax.dot(a, b, preferred_element_type=np.float32),
-                    ((3, 4), ml_dtypes.bfloat16), ((4, 2), ml_dtypes.bfloat16),
-                    "mixed element types bf16 x bf16 -> f32"),
-    "bool": (lambda a, b: lax.dot_general(a, b, (((1,), (0,)), ((), ()))),
-             ((3, 4), np.bool_), ((4, 2), np.bool_), "i1"),
-    "rank3": (lambda a, b: jnp.tensordot(a, b, 1), ((3, 4, 5), np.float32),
-              ((5, 2), np.float32), "rank 3"),
+EINSUMS = {
+    "bij,bkj->bik": ((2, 3, 4), (2, 5, 4)),
+    "bij,bjk->bik": ((3, 4, 5), (3, 5, 2)),
+    "ijb,jkb->bik": ((3, 4, 2), (4, 5, 2)),
+    "bhqd,bhkd->bhqk": ((2, 3, 4, 5), (2, 3, 6, 5)),
+    "bqhd,bkhd->bhqk": ((2, 4, 3, 5), (2, 6, 3, 5)),
+    "ij,kl->ijkl": ((3, 4), (2, 5)),
+    "i,j->ij": ((3,), (4,)),
+    "bi,bj->bij": ((2, 3), (2, 4)),
+    "ijk,ijk->": ((3, 4, 5), (3, 4, 5)),
+    "ij,ij->i": ((3, 4), (3, 4)),
+    "ij,ij->j": ((3, 4), (3, 4)),
+    "bi,bi->b": ((6, 5), (6, 5)),
+    "ijk,jkl->il": ((2, 3, 4), (3, 4, 5)),
+    "ijk,kjl->il": ((2, 3, 4), (4, 3, 5)),
+    "ikj,jlk->il": ((2, 4, 3), (3, 5, 4)),
+    "kij,jk->i": ((4, 2, 3), (3, 4)),
+    "bij,jk->bik": ((2, 3, 4), (4, 5)),
+    "abcd,cdbe->abe": ((2, 3, 4, 5), (4, 5, 3, 2)),
+    "bxy,byz->bxz": ((1, 3, 4), (1, 4, 5)),
+    "ibj,jbk->bik": ((3, 2, 4), (4, 2, 5)),
+    "bmk,bkn->bmn": ((5, 1, 4), (5, 4, 3)),
+    "bmk,bkn->bnm": ((5, 3, 4), (5, 4, 1)),
 }
 
 
-@pytest.mark.parametrize("case", sorted(ERROR_CASES))
-def test_unsupported_products(case):
-    """What the plain-product translator does not handle is an UnsupportedError naming
-    the op and the reason, raised before anything is compiled."""
-    fun, (lhs_shape, lhs_dtype), (rhs_shape, rhs_dtype), reason = ERROR_CASES[case]
-    lhs, rhs = np.zeros(lhs_shape, lhs_dtype), np.zeros(rhs_shape, rhs_dtype)
-    with pytest.raises(UnsupportedError) as info:
-        hlo2dace.jit(fun).lower(lhs, rhs).as_sdfg()
-    assert info.value.op == "stablehlo.dot_general"
-    assert "dot_general" in str(info.value) and reason in str(info.value), str(info.value)
+@pytest.mark.parametrize("dtype", (np.float32, np.float64, np.complex64, np.int32,
+                                   np.float16), ids=dtype_id)
+def test_einsum(dtype):
+    """Batch dimensions on both operands at any position, transposed operands, several
+    contracting dimensions in either order, outer products and full contractions."""
+    args, specs = [], list(EINSUMS)
+    for i, spec in enumerate(specs):
+        lhs_shape, rhs_shape = EINSUMS[spec]
+        args += [operand(dtype, lhs_shape, seed=2 * i), operand(dtype, rhs_shape, seed=2 * i + 1)]
+
+    def f(*args):
+        return {spec: jnp.einsum(spec, lhs, rhs)
+                for spec, lhs, rhs in zip(specs, args[::2], args[1::2])}
+
+    check(f, *args, ulp=1 if dtype == np.float16 else 0)
 
 
-def test_unsupported_message_text():
-    module = """
-func.func @main(%a: tensor<2x3x4xf32>, %b: tensor<2x4x5xf32>) -> tensor<2x3x5xf32> {
-  %0 = stablehlo.dot_general %a, %b, batching_dims = [0] x [0], contracting_dims = [2] x [1]
-      : (tensor<2x3x4xf32>, tensor<2x4x5xf32>) -> tensor<2x3x5xf32>
-  return %0 : tensor<2x3x5xf32>
-}
-"""
-    with pytest.raises(UnsupportedError, match=r"`stablehlo.dot_general`.*batch"):
-        hlo2dace.compile_text(module)
+def test_dimension_numbers():
+    """dot_general's own dimension numbers, as jnp.einsum never writes them: batch
+    dimensions in different positions on the two operands and not first on either,
+    contracting dimensions listed out of order, a batched outer product."""
+    x = operand(np.float64, (4, 2, 3, 5))  # k, b, m, k2
+    w = operand(np.float64, (5, 6, 4, 2), seed=1)  # k2, n, k, b
+    y = operand(np.float64, (3, 2), seed=2)
+    z = operand(np.float64, (2, 4), seed=3)
+
+    def f(x, w, y, z):
+        return {
+            "batch_last": contract(x, w, (0, 3), (2, 0), (1,), (3,)),
+            "contract_reversed": contract(x, w, (3, 0), (0, 2), (1,), (3,)),
+            "batch_only": contract(y, z, (), (), (1,), (0,)),
+            "two_batch": contract(x, x, (3,), (3,), (0, 1), (0, 1)),
+            "two_batch_swapped": contract(x, jnp.swapaxes(x, 0, 1), (3,), (3,), (0, 1),
+                                          (1, 0)),
+        }
+
+    check(f, x, w, y, z)
 
 
-def test_integer_products_wrap():
-    """Integer products go through DaCe's pure BLAS code and wrap like XLA's."""
+def test_batched_matmul_broadcasting():
+    """``@`` broadcasts batch dimensions: JAX broadcasts the operand (a view with stride 0
+    in the batch dimension, read in place) or folds it into a free dimension."""
+    a = operand(np.float32, (2, 1, 3, 4))
+    b = operand(np.float32, (5, 4, 6), seed=1)
+    c = operand(np.float32, (4, 6), seed=2)
+    v = operand(np.float32, (4,), seed=3)
+
+    def f(a, b, c, v):
+        return {"4d_3d": a @ b, "3d_2d": b.transpose(0, 2, 1) @ c, "2d_3d": c.T @ b,
+                "vector_batch": v @ b, "batch_vector": b.transpose(0, 2, 1) @ v,
+                "bcast_batch": jnp.broadcast_to(c, (3, 4, 6)).transpose(0, 2, 1) @ b[:3]}
+
+    check(f, a, b, c, v)
+
+
+# ------------------------------------------------------------------ element types
+
+
+@pytest.mark.parametrize("dtype", INTEGER_DTYPES, ids=dtype_id)
+def test_integer_products(dtype):
+    """Integer products wrap like XLA's; both loop forms (a block of a result row
+    accumulated while streaming rows of B; one sum per element when B's free dimension is
+    not contiguous), block tails, batches, and products big enough to run in parallel."""
+    x = operand(dtype, (6, 9))
+    w = operand(dtype, (9, 300), seed=1)
+    b = operand(dtype, (3, 5, 9), seed=2)
+    big_a = operand(dtype, (260, 130), seed=3)
+    big_b = operand(dtype, (130, 140), seed=4)
+
+    def f(x, w, b, big_a, big_b):
+        return {"rows": x @ w, "dots": x @ w[:6, :9].T, "transposed_b": w[:, :5].T @ x.T,
+                "batched": b @ w[:, 70:140], "batched_t": jnp.einsum("bij,bkj->bik", b, b),
+                "vector": x[0] @ w, "mv": x @ w[:, 3], "vv": x[1] @ x[2],
+                "parallel": big_a @ big_b}
+
+    check(f, x, w, b, big_a, big_b)
+
+
+def test_integer_overflow_wraps():
+    """Sums and products past the type's range wrap (XLA computes modulo 2^bits)."""
     a = np.full((3, 4), np.iinfo(np.int32).max, np.int32)
     b = np.full((4, 2), 3, np.int32)
     c = np.array([2**62, 2**62, -2**63, 7], np.int64)
+    u = np.array([[255, 255, 128]], np.uint8)
     assert_arrays_match(jax.jit(jnp.matmul)(a, b), hlo2dace.jit(jnp.matmul)(a, b))
     assert_arrays_match(jax.jit(jnp.dot)(c, c), hlo2dace.jit(jnp.dot)(c, c))
     assert_arrays_match(jax.jit(jnp.dot)(np.ones((3, 4), np.int64) * c, c),
                         hlo2dace.jit(jnp.dot)(np.ones((3, 4), np.int64) * c, c))
+    check(lambda u: {"u8": u @ u.T, "u8_u32": lax.dot(u, u.T, preferred_element_type=np.uint32),
+                     "u8_i8": lax.dot(u, u.T, preferred_element_type=np.int8)}, u)
+
+
+def test_narrow_types():
+    """f16/bf16 (accumulated in f32, rounded once: the loop nest for small products, f32
+    BLAS for large ones), 4-bit integers (wrapping), bool products (OR of ANDs)."""
+    args = [(operand(np.float32, shape, seed=i) / 3).astype(dtype)
+            for i, (dtype, shape) in enumerate([
+                (np.float16, (4, 9)), (np.float16, (9, 3)),
+                (ml_dtypes.bfloat16, (4, 9)), (ml_dtypes.bfloat16, (9, 3)),
+                (np.float16, (40, 70)), (ml_dtypes.bfloat16, (70, 50))])]
+    rng = np.random.default_rng(0)
+    i4 = rng.integers(-8, 8, (2, 5, 7)).astype(ml_dtypes.int4)
+    u4 = rng.integers(0, 16, (7, 3)).astype(ml_dtypes.uint4)
+    flags = operand(np.bool_, (6, 7)), operand(np.bool_, (7, 5), seed=1)
+
+    def f(h, hw, bf, bfw, big_h, big_bf, i4, u4, p, q):
+        return {"f16": h @ hw, "f16_t": hw.T @ h.T, "bf16": bf @ bfw, "bf16_vv": bf[0] @ bfw[:, 0],
+                "big_f16": big_h @ big_bf.astype(np.float16), "big_bf16": big_h.T.astype(
+                    ml_dtypes.bfloat16).T @ big_bf, "i4": i4 @ i4[0].T,
+                "u4": u4.T @ u4, "bool": p @ q, "bool_vv": p[0] @ q[:, 1],
+                "bool_outer": jnp.einsum("i,j->ij", p[0], q[0])}
+
+    check(f, *args, i4, u4, *flags, ulp=1)
+
+
+MIXED = {
+    # (lhs dtype, rhs dtype, preferred element type)
+    "i8_i32": (np.int8, np.int8, np.int32),
+    "i8_i16": (np.int8, np.int8, np.int16),
+    "u8_u32": (np.uint8, np.uint8, np.uint32),
+    "i32_i64": (np.int32, np.int32, np.int64),
+    "i8_f32": (np.int8, np.int8, np.float32),
+    "i32_f32": (np.int32, np.int32, np.float32),  # products in float: no wrapping
+    "bf16_f32": (ml_dtypes.bfloat16, ml_dtypes.bfloat16, np.float32),
+    "f16_f32": (np.float16, np.float16, np.float32),
+    "f16_f64": (np.float16, np.float16, np.float64),
+    "f32_f64": (np.float32, np.float32, np.float64),
+    "f32_bf16": (np.float32, np.float32, ml_dtypes.bfloat16),  # an f32 sum, rounded
+    "f32_f16": (np.float32, np.float32, np.float16),
+    "f32_i32": (np.float32, np.float32, np.int32),  # an f32 sum, saturated
+    "bool_i32": (np.bool_, np.bool_, np.int32),
+    "c64_c128": (np.complex64, np.complex64, np.complex128),
+}
+
+
+#: products computed in f32 and converted to a narrower (or integer) result type
+SUMMED_IN_F32 = ("f32_bf16", "f32_f16", "f32_i32")
+
+
+@pytest.mark.parametrize("case", sorted(MIXED))
+def test_preferred_element_type(case):
+    """Operands converted to the result type when it is the more precise (as XLA's
+    operand upcasting does), else products in the operand type converted at the end:
+    small (loop nest), large (BLAS with converting copies), batched and outer products."""
+    lhs_dtype, rhs_dtype, result = MIXED[case]
+    scale = 1e3 if case == "f32_i32" else 1.0
+    small = operand(lhs_dtype, (4, 6)), operand(rhs_dtype, (6, 5), seed=1)
+    large = operand(lhs_dtype, (2, 30, 40)), operand(rhs_dtype, (2, 40, 50), seed=1)
+    if np.dtype(lhs_dtype).kind == "f":
+        small = tuple((x * scale).astype(x.dtype) for x in small)
+        large = tuple((x * scale).astype(x.dtype) for x in large)
+
+    def f(a, b, c, d):
+        def dot(x, y, dims):
+            return lax.dot_general(x, y, dims, preferred_element_type=result)
+
+        return {"small": dot(a, b, (((1,), (0,)), ((), ()))),
+                "transposed": dot(b, a, (((0,), (1,)), ((), ()))),
+                "batched": dot(c, d, (((2,), (1,)), ((0,), (0,)))),
+                "large_t": dot(d, c, (((1,), (2,)), ((0,), (0,)))),
+                "outer": dot(a, b, (((), ()), ((), ()))),
+                "vv": dot(a[0], b[:, 0], (((0,), (0,)), ((), ())))}
+
+    expected, actual = jax.jit(f)(*small, *large), hlo2dace.jit(f)(*small, *large)
+    wide = np.complex128 if np.dtype(result).kind == "c" else np.float64
+    for key in expected:
+        e, a = np.asarray(expected[key]), np.asarray(actual[key])
+        assert a.dtype == e.dtype, key
+        if e.dtype.kind in "iub" and case not in SUMMED_IN_F32:
+            assert_arrays_match(e, a, where=key)  # integer sums: exactly
+            continue
+        # sums in another order: apart by the rounding errors of two sums of 40 terms
+        # (in f32 or the result type) and of the final rounding to the result type
+        result_eps = ml_dtypes.finfo(e.dtype).eps if e.dtype.kind in "fcV" else 0.0
+        sum_eps = np.finfo(np.float32).eps if case in SUMMED_IN_F32 else result_eps
+        terms = 40 * max(np.abs(x.astype(wide)).max() for x in small + large) ** 2
+        error = np.abs(e.astype(wide) - a.astype(wide)).max()
+        assert error <= 2 * (sum_eps + result_eps) * terms + (e.dtype.kind == "i"), key
+
+
+def test_precision_and_algorithm_ignored():
+    """precision_config and an algorithm change nothing on the CPU (nor do they in XLA)."""
+    x = operand(np.float32, (5, 7))
+    w = operand(np.float32, (7, 4), seed=1)
+
+    def f(x, w):
+        return {"highest": lax.dot(x, w, precision=lax.Precision.HIGHEST),
+                "high": lax.dot(x, w, precision=(lax.Precision.HIGH, lax.Precision.DEFAULT)),
+                "f32_f32_f32": lax.dot(x, w, precision=lax.DotAlgorithmPreset.F32_F32_F32)}
+
+    check(f, x, w)
+
+
+# ------------------------------------------------------------------ edge values
+
+
+@pytest.mark.parametrize("dtype", (np.float32, np.float64, np.complex128, np.float16),
+                         ids=dtype_id)
+def test_special_values(dtype):
+    """NaN and infinities propagate through every path (gemm, gemv, dot, batched, the
+    loop nest for small products); a contraction of size 1 is a plain product, in which
+    -0.0 stays -0.0 (as XLA's), while longer sums start at +0.0."""
+    # no overflowing products (whose sum is inf or NaN depending on the order of the
+    # terms and on FMA) and no denormals (OpenBLAS's own threads do not flush them)
+    part = np.float32 if dtype == np.complex64 else np.float64
+    real = np.concatenate([[np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 0.5],
+                           np.random.default_rng(0).standard_normal(20)]).astype(part)
+    with np.errstate(invalid="ignore"):  # inf * 1j has a NaN real part, as intended
+        values = (real + 1j * np.roll(real, 3)).astype(dtype) if np.dtype(dtype).kind == "c" \
+            else real.astype(dtype)
+    x = np.resize(values, (4, 10, 12)).astype(dtype)
+    w = np.resize(np.roll(values, 7), (4, 12, 10)).astype(dtype)
+    zeros = np.full((3, 5), -0.0, dtype)
+    ones = np.ones((5, 3), dtype)
+
+    def f(x, w, zeros, ones):
+        return {"batched": x @ w, "mv": x[0] @ w[0, :, 1], "vv": x[1, 2] @ w[1, :, 3],
+                "outer": jnp.einsum("ij,kl->ijkl", x[0, :3, :4], w[0, :2, :3]),
+                "minus_zero_k1": zeros[:, :1] @ ones[:1], "minus_zero_k5": zeros @ ones,
+                "minus_zero_outer": jnp.einsum("i,j->ij", zeros[0], ones[0])}
+
+    check(f, x, w, zeros, ones, ulp=1 if dtype == np.float16 else 0, signed_zeros=True)
+
+
+@pytest.mark.parametrize("dtype", (np.float32, np.int32, np.float16), ids=dtype_id)
+def test_empty_dimensions(dtype):
+    """A contraction over an empty dimension gives zeros (of the result type); an empty
+    batch or free dimension an empty result."""
+    x = operand(dtype, (2, 3, 4))
+    w = operand(dtype, (2, 4, 5), seed=1)
+
+    def f(x, w):
+        return {"empty_k": x[:, :, :0] @ w[:, :0], "empty_batch": x[:0] @ w[:0],
+                "empty_m": x[:, :0] @ w, "empty_k_mixed": lax.dot_general(
+                    x[:, :, :0], w[:, :0], (((2,), (1,)), ((0,), (0,))),
+                    preferred_element_type=np.float64),
+                "empty_k_several": jnp.einsum("ijk,jkl->il", x[:, :0], w[:0, :, :]),
+                "empty_outer": jnp.einsum("i,j->ij", x[0, 0, :0], w[0, 0])}
+
+    check(f, x, w)
+
+
+# --------------------------------------------------------------- how it is emitted
+
+
+def test_transposes_absorbed():
+    """Transposed operands become cblas's Trans flags and leading dimensions, batches a
+    loop of calls with the batch strides, contiguous contracting dimensions one K: no copy
+    of an operand. Copies only where BLAS cannot read the operand."""
+    x = operand(np.float64, (80, 60))
+    w = operand(np.float64, (80, 50), seed=1)
+    q = operand(np.float64, (2, 3, 20, 30))
+    k = operand(np.float64, (2, 3, 25, 30), seed=1)
+    t = operand(np.float64, (20, 30, 40), seed=2)
+    u = operand(np.float64, (30, 40, 50), seed=3)
+
+    def f(x, w, q, k, t, u):
+        return {"xT_w": x.T @ w, "wT_x": w.T @ x, "contract": contract(x, w, (0,), (0,)),
+                "x_xT": x @ x.T, "xT_v": x.T @ w[:, 0],
+                "attention": jnp.einsum("bhqd,bhkd->bhqk", q, k),
+                "two_k": jnp.einsum("ijk,jkl->il", t, u), "sliced": x[1:, 1:5] @ w[:, :4].T}
+
+    code = [t.code.as_string for t in _tasklets(f, x, w, q, k, t, u)]
+    calls = [c for c in code if "cblas_" in c]
+    assert len(calls) == 8 and not [c for c in code if "__out = __in" in c], code
+    assert sum("CblasTrans" in c for c in calls) == 7, calls
+    check(f, x, w, q, k, t, u)
+    # the contracting dimensions lie apart (a and c of "amc", m free between): one
+    # transposing copy of each operand, then BLAS
+    code = [t.code.as_string for t in _tasklets(lambda q: jnp.einsum("amc,anc->mn", q, q), q[0])]
+    assert sum("__out = __in" in c for c in code) == 2 and any("cblas_dgemm" in c for c in code)
+
+
+def test_paths():
+    """Which path takes a product: BLAS calls for f32/f64/complex (gemm, gemv, dot), the
+    loop nest for integers and for products too small for a BLAS call to pay off, one map
+    for outer products."""
+    def labels(fun, *args):
+        return sorted({t.label.rsplit("_", 1)[0] for t in _tasklets(fun, *args)} &
+                      {"blas", "dot_loops", "outer_product"})
+
+    big, small = np.ones((64, 64), np.float32), np.ones((4, 4), np.float32)
+    assert labels(jnp.matmul, big, big) == ["blas"]
+    assert labels(jnp.matmul, small, small) == ["dot_loops"]
+    assert labels(jnp.matmul, big.astype(np.int32), big.astype(np.int32)) == ["dot_loops"]
+    assert labels(lambda u, v: jnp.einsum("i,j->ij", u, v), big[0], big[1]) == ["outer_product"]
+    assert linalg.SMALL_PRODUCT < 64 ** 3
+
+
+@pytest.mark.parametrize("dtype", (np.float32, np.float64), ids=dtype_id)
+def test_blas_calls(dtype):
+    """Each BLAS routine in both orientations, at sizes where the call pays off: gemm,
+    gemv for a matrix times a vector and a vector times a matrix (each operand either
+    way round), dot for long vectors, and batches of each."""
+    x = operand(dtype, (70, 90))
+    y = operand(dtype, (90, 80), seed=1)
+    u = operand(dtype, (90,), seed=2)
+    long = operand(dtype, (3, 9000), seed=3)
+    batch = operand(dtype, (3, 70, 90), seed=4)
+
+    def f(x, y, u, long, batch):
+        return {"gemm": x @ y, "gemm_tt": y.T @ x.T, "gemv": x @ u, "gemv_t": y.T @ u,
+                "vector_gemv": u @ y, "vector_gemv_t": u @ x.T, "dot": long[0] @ long[1],
+                "dot_strided": long[0, ::2] @ long[1, 1::2], "batched_dot": jnp.einsum(
+                    "bi,bi->b", long, long[::-1]), "batched_gemv": batch @ u,
+                "batched_vector_gemv": jnp.einsum("bk,bmk->bm", batch[:, 0], batch)}
+
+    code = "\n".join(t.code.as_string for t in _tasklets(f, x, y, u, long, batch))
+    prefix = "s" if dtype == np.float32 else "d"
+    for routine, count in (("gemm", 2), ("gemv", 6), ("dot", 3)):
+        assert code.count(f"cblas_{prefix}{routine}(") == count, (routine, code)
+    rtol = {np.dtype(np.float32): 2e-4, np.dtype(np.float64): 1e-12}[np.dtype(dtype)]
+    assert_matches_jax(f, x, y, u, long, batch, rtol=rtol, atol=rtol)
+
+
+@pytest.mark.parametrize("dtype", (np.float32, np.complex64, np.complex128), ids=dtype_id)
+def test_without_openblas(dtype, monkeypatch, tmp_path):
+    """Without OpenBLAS every product is the loop nest, which handles floats and complex
+    numbers too (the disk cache is keyed by the sources, not by what is installed: a
+    fresh one)."""
+    monkeypatch.setattr(linalg, "blas_implementation", lambda: "pure")
+    monkeypatch.setenv("HLO2DACE_CACHE_DIR", str(tmp_path))
+    x = operand(dtype, (3, 40, 50))
+    w = operand(dtype, (3, 50, 60), seed=1)
+
+    def f(x, w):
+        return {"batched": x @ w, "transposed": jnp.einsum("bij,bkj->bik", x, x),
+                "mv": x[0] @ w[0, :, 0], "vv": x[0, 0] @ w[0, :, 1]}
+
+    assert not [t for t in _tasklets(f, x, w) if "cblas_" in t.code.as_string]
+    check(f, x, w)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.int64, np.int8], ids=dtype_id)
+@pytest.mark.parametrize("offset", [0, 1, 3])
+def test_loop_nest_alignment(offset, dtype):
+    """The loop nest's vectorised inner loops must not depend on the operands' alignment
+    (the GCC 12 miscompile that h2d::scalar_loop works around was alignment-dependent):
+    operands at several offsets of a cache line give XLA's result."""
+    def place(values):
+        buffer = np.zeros(values.size + 64, dtype)
+        start = (-buffer.ctypes.data // buffer.itemsize) % 16 + offset
+        out = buffer[start:start + values.size].reshape(values.shape)
+        out[...] = values
+        return out
+
+    a = place(operand(dtype, (7, 13)))
+    b = place(operand(dtype, (13, 70), seed=1))
+
+    def f(a, b):
+        return a @ b, a @ b[:, :9][::-1].T.T, a[1:, 2:] @ b[2:, 1:], a[:, :7] @ b[:7, :7].T
+
+    expected = jax.jit(f)(a, b)
+    actual = hlo2dace.jit(f).lower(a, b).compile()(a, b)
+    rtol = RTOL.get(np.dtype(dtype), 0.0)
+    for i, (e, x) in enumerate(zip(expected, actual)):
+        assert_arrays_match(e, x, rtol=rtol, atol=rtol, where=str(i))
+
+
+# ------------------------------------------------------------------------ errors
+
+
+def test_unsupported_narrow_result_of_float_product():
+    """A float product converted to a 4-bit integer has no translation (JAX never writes
+    one); the error names the op and the reason, before anything is compiled."""
+    module = """
+func.func @main(%a: tensor<2x3xf32>, %b: tensor<3x2xf32>) -> tensor<2x2xi4> {
+  %0 = stablehlo.dot_general %a, %b, contracting_dims = [1] x [0]
+      : (tensor<2x3xf32>, tensor<3x2xf32>) -> tensor<2x2xi4>
+  return %0 : tensor<2x2xi4>
+}
+"""
+    with pytest.raises(UnsupportedError, match=r"`stablehlo.dot_general`.*f32 product "
+                                               r"converted to i4"):
+        hlo2dace.compile_text(module)

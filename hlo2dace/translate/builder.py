@@ -463,8 +463,10 @@ class Builder:
         return inputs, prelude
 
     def mapped_tasklet(self, label: str, t: ir.TensorType, inputs: dict, code: str,
-                       outputs: dict, work_per_element: int = 1) -> None:
-        """One tasklet, in a map over ``t``'s shape (or alone for a 0-d shape)."""
+                       outputs: dict, work_per_element: int = 1,
+                       schedule: dace.ScheduleType | None = None) -> None:
+        """One tasklet, in a map over ``t``'s shape (or alone for a 0-d shape), scheduled
+        by ``schedule_for`` unless ``schedule`` says otherwise."""
         input_nodes = {m.data: self.read(m.data) for m in inputs.values()}
         output_nodes = {m.data: self.write(m.data) for m in outputs.values()}
         if t.rank == 0:
@@ -481,7 +483,8 @@ class Builder:
         self.state.add_mapped_tasklet(
             self.fresh(label), ranges, inputs, code, outputs, language=dace.Language.CPP,
             external_edges=True, input_nodes=input_nodes, output_nodes=output_nodes,
-            schedule=schedule_for(t.shape, work_per_element), debuginfo=self.debuginfo())
+            schedule=schedule or schedule_for(t.shape, work_per_element),
+            debuginfo=self.debuginfo())
 
     # ---------------------------------------------------------------- elementwise
     def add_elementwise(self, op: ir.Op) -> None:

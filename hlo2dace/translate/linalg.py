@@ -1,28 +1,60 @@
-"""Contractions. This module covers the plain products of ``@`` and ``jnp.dot``:
-matrix-matrix (either operand transposed), matrix-vector, vector-matrix and vector-vector,
-with operand and result of one element type. f32/f64/complex products go through DaCe's
-BLAS library nodes with OpenBLAS (where Debian's is installed); a transpose view of an
-operand becomes the node's transA/transB flag, not a copy. Integer and f16/bf16 products,
-products with a unit dimension (which DaCe's BLAS nodes squeeze away and then mishandle),
-complex vector dots and every product without OpenBLAS are one map of short loops."""
+"""Contractions: ``stablehlo.dot_general`` with any batch, contracting and free dimensions.
+
+The result is laid out as the spec says (batch dimensions, then the lhs free ones, then the
+rhs free ones), so every product is a loop over the batch of ``C[M, N] = A[M, K] B[K, N]``
+where M, N and K are groups of dimensions. Each operand is read in place wherever its
+groups are single-strided (several contracting dimensions contiguous in both operands
+are one K; transposes become BLAS's Trans flags and leading dimensions; a broadcast batch
+has stride 0), else it is copied once, transposed, into a layout that is.
+
+Element types follow XLA on the CPU: operands are converted to the result type when that
+is the more precise one (XLA's operand upcasting: int8 x int8 -> int32, bf16 -> f32, f32
+-> f64, integers -> floats); otherwise the product is computed in the operand type and
+converted at the end (f32 x f32 -> bf16 rounds an f32 sum, f32 -> i32 saturates one).
+f16/bf16 products accumulate in f32 and round once. ``precision_config`` and
+``algorithm`` change nothing on the CPU and are ignored, as the reference interpreter
+does (XLA's CPU rejects the algorithms that would change precision).
+
+* f32/f64/complex products go to OpenBLAS (cblas_?gemm, ?gemv when M or N is 1, ?dot /
+  ?dotu_sub when both are), one call per batch element, from a tasklet that loops over
+  the batch; f16/bf16 and mixed float products are converted by their copy and take the
+  same path.
+* Integers, booleans (OR of ANDs) and everything when OpenBLAS is missing are a loop nest
+  in one tasklet, parallel over result rows: either blocks of a result row accumulated in
+  registers while streaming rows of B (when B's free dimension is contiguous), or one
+  register sum per element with K innermost.
+* A contraction of size 1 (no contracting dimensions: an outer product) is a plain
+  product, one map over the result, as XLA computes it (so -0.0 stays -0.0).
+"""
 
 from __future__ import annotations
 
 import functools
 import glob
+import math
 import warnings
+from dataclasses import dataclass
+from typing import Sequence, Union
 
 import dace
-from dace.libraries import blas
 
 from .. import ir
 from . import dtypes
-from .builder import Array, Builder, Literal, View, dace_shape, flat_index, map_params
+from .builder import Array, Builder, Literal, View, dace_shape, map_params
+from .dtypes import ElementType
 from .literals import literal
 from .registry import register
 
-#: element types OpenBLAS multiplies; every other type takes ``_naive_product``
-BLAS_TYPES = ("f32", "f64", "complex<f32>", "complex<f64>")
+#: element types OpenBLAS multiplies, with the letter of their cblas routines
+BLAS_TYPES = {"f32": "s", "f64": "d", "complex<f32>": "c", "complex<f64>": "z"}
+#: BLAS sizes, strides and leading dimensions are 32-bit ints
+BLAS_INT_MAX = 2**31 - 1
+#: bytes of result row a register block of the loop kernel accumulates
+REGISTER_BLOCK_BYTES = 256
+#: multiply-adds below which the loop kernel is not worth parallelising
+PARALLEL_WORK = 1 << 22
+#: multiply-adds per batch element up to which the loop kernel beats a BLAS call
+SMALL_PRODUCT = 4096
 
 
 @functools.cache
@@ -38,25 +70,220 @@ def blas_implementation() -> str:
     return "pure"
 
 
-def _memlet(array: Array) -> dace.Memlet:
-    return dace.Memlet(f"{array.name}[{', '.join(f'0:{n}' for n in dace_shape(array.type))}]")
+# ------------------------------------------------------------------- element types
 
 
-def _operand(b: Builder, value: ir.Value) -> tuple[Array, bool]:
-    """``value`` as an array, and whether that array holds it transposed: a transpose view
-    of a whole matrix is read in place (the product's transA/transB flag), as is a view
-    that only re-reads an array as it is; any other view or literal is materialised."""
-    binding = b.operand(value)
-    if isinstance(binding, View) and binding.source.type.rank == value.type.rank <= 2:
-        source = binding.source
-        dims = tuple(axis.dim for axis in binding.axes)
-        plain = all(axis.stride == 1 and axis.offset == 0 for axis in binding.axes)
-        if plain and sorted(dims) == list(range(len(dims))):
-            if tuple(source.type.shape[d] for d in dims) == tuple(value.type.shape):
-                return source, dims == (1, 0)
+_FLOAT_FORMATS = {"f16": (16, 11), "bf16": (128, 8), "f32": (128, 24), "f64": (1024, 53)}
+_BITS = {"i1": 1, "f16": 16, "bf16": 16, "f32": 32, "f64": 64}
+
+
+def _precision_key(element: ElementType) -> tuple:
+    """XLA's order of precision (primitive_util::HigherPrecisionType): complex over real,
+    then a float's range and significand, then bit width, then signed over unsigned."""
+    component = {"complex<f32>": "f32", "complex<f64>": "f64"}.get(element.element,
+                                                                    element.element)
+    overflow, significand = _FLOAT_FORMATS.get(component, (-1, -1))
+    bits = _BITS.get(component) or element.narrow_bits or element.numpy.itemsize * 8
+    return (element.is_complex, overflow, significand, bits,
+            element.is_integer and not element.is_unsigned)
+
+
+def _compute_type(lhs: ElementType, rhs: ElementType, result: ElementType) -> ElementType:
+    """The element type the product is computed in, as XLA's CPU backend chooses it."""
+    compute = max(lhs, rhs, key=_precision_key)
+    return result if _precision_key(result) > _precision_key(compute) else compute
+
+
+def _converted(expression: str, source: ElementType, to: ElementType) -> str:
+    """C++ for a value read from an array of ``source`` as a computed value of ``to``."""
+    value = source.load(expression)
+    if _precision_key(source) == _precision_key(to):
+        return value
+    return to.fit(f"h2d::convert<{to.compute}>({value})")
+
+
+def _stored(value: str, compute: ElementType, result: ElementType) -> str:
+    """C++ for a computed value of ``compute`` as the result array holds it (rounded or
+    wrapped once, to the result's precision)."""
+    if _precision_key(compute) != _precision_key(result):
+        value = f"h2d::convert<{result.compute}>({value})"
+    return result.store(result.fit(value))
+
+
+# ---------------------------------------------------------------------- operands
+
+
+@dataclass(frozen=True)
+class _Operand:
+    """An operand as the product reads it: its element ``(i_0, i_1, ...)`` is
+    ``array[offset + sum(strides[d] * i_d)]`` (flat), in ``array``'s element type."""
+
+    array: Array
+    offset: int
+    strides: tuple[int, ...]
+
+    @property
+    def element(self) -> ElementType:
+        return dtypes.of(self.array.type)
+
+    def group(self, shape: Sequence[int], dims: Sequence[int]) -> tuple[bool, int | None]:
+        """Whether ``dims`` (in this order) index like one dimension, and its stride (None
+        for a group of one element, which any stride reads)."""
+        dims = [d for d in dims if shape[d] != 1]
+        for d, e in zip(dims, dims[1:]):
+            if self.strides[d] != self.strides[e] * shape[e]:
+                return False, None
+        return True, (self.strides[dims[-1]] if dims else None)
+
+
+def _row_major(shape: Sequence[int]) -> list[int]:
+    strides, stride = [], 1
+    for n in reversed(list(shape)):
+        strides.append(stride)
+        stride *= n
+    return strides[::-1]
+
+
+def _in_place(binding: Union[Array, Literal, View]) -> _Operand | None:
+    """The operand read where it lies: an array, or a view of one (any affine
+    re-indexing: transpose, slice, reverse, broadcast); None for a literal."""
     if isinstance(binding, Array):
-        return binding, False
-    return b.array(value), False
+        return _Operand(binding, 0, tuple(_row_major(binding.type.shape)))
+    if isinstance(binding, View):
+        offset, strides = 0, [0] * binding.type.rank
+        for stride, axis in zip(_row_major(dace_shape(binding.source.type)), binding.axes):
+            offset += stride * axis.offset
+            if axis.dim is not None:
+                strides[axis.dim] += stride * axis.stride
+        return _Operand(binding.source, offset, tuple(strides))
+    return None
+
+
+def _read(binding: Union[Array, Literal, View], positions: Sequence[str]) -> tuple[str, str]:
+    """The data and subset of a memlet reading ``binding`` at logical ``positions``."""
+    if isinstance(binding, View):
+        subset = [str(axis.offset) if axis.dim is None else
+                  f"{axis.offset} + {axis.stride} * {positions[axis.dim]}" for axis in binding.axes]
+        return binding.source.name, ", ".join(subset) or "0"
+    return binding.name, ", ".join(positions) or "0"
+
+
+def _copy(b: Builder, value: ir.Value, order: Sequence[int],
+          convert: tuple[ElementType, ElementType] | None) -> _Operand:
+    """One map that copies ``value`` into a new array with its dimensions in ``order``;
+    ``convert`` (compute, storage): its elements converted as the product converts them
+    and stored as ``storage``, else copied as they are."""
+    binding = b.operand(value)
+    source = dtypes.of(value.type)
+    shape = value.type.shape
+    storage = convert[1] if convert else source
+    t = ir.TensorType(tuple(shape[d] for d in order), storage.element)
+    copy = b.add_array(f"{value.name.lstrip('%')}_t", t)
+    params = map_params(len(order))
+    positions = [params[order.index(d)] for d in range(len(shape))]
+    inputs = {}
+    if isinstance(binding, Literal):
+        read = literal(binding.value, source, storage=True)
+    else:
+        data, subset = _read(binding, positions)
+        inputs["__in"] = dace.Memlet(f"{data}[{subset}]")
+        read = "__in"
+    if convert:
+        read = storage.store(_converted(read, source, convert[0]))
+    _sequential_map(b, "dot_operand", t, inputs, f"__out = {read};",
+                    {"__out": dace.Memlet(f"{copy.name}[{', '.join(params) or '0'}]")})
+    strides = [0] * len(shape)
+    for d, stride in zip(order, _row_major(t.shape)):
+        strides[d] = stride
+    return _Operand(copy, 0, tuple(strides))
+
+
+def _sequential_map(b: Builder, label: str, t: ir.TensorType, inputs: dict, code: str,
+                    outputs: dict) -> None:
+    """``Builder.mapped_tasklet``, but run by one thread: for the copies next to a BLAS
+    call, which cost O(n^2) to its O(n^3), and whose OpenMP workers, spinning after the
+    map, would take the cores OpenBLAS's threads need (and the reverse)."""
+    b.mapped_tasklet(label, t, inputs, code, outputs, schedule=dace.ScheduleType.Sequential)
+
+
+# ------------------------------------------------------------------- the product
+
+
+@dataclass(frozen=True)
+class _Product:
+    """A dot_general's dimensions: ``batch`` and ``contract`` pair lhs and rhs dimensions,
+    ``free`` lists each operand's free dimensions (in result order). ``without_units``
+    drops the dimensions of size 1, which index nothing."""
+
+    shapes: tuple[tuple[int, ...], tuple[int, ...]]
+    result_shape: tuple[int, ...]
+    batch: tuple[tuple[int, int, int], ...]  #: (lhs, rhs, result dimension)
+    contract: tuple[tuple[int, int], ...]
+    free: tuple[tuple[int, ...], tuple[int, ...]]
+
+    @classmethod
+    def of(cls, op: ir.Op, batch, contract) -> _Product:
+        shapes = tuple(tuple(v.type.shape) for v in op.operands)
+        batch = tuple((lhs, rhs, j) for j, (lhs, rhs) in enumerate(batch))
+        free = tuple(tuple(d for d in range(len(shape)) if d not in
+                           [pair[side] for pair in batch + contract])
+                     for side, shape in enumerate(shapes))
+        return cls(shapes, tuple(op.result.type.shape), batch, contract, free)
+
+    def without_units(self) -> _Product:
+        lhs, rhs = self.shapes
+        return _Product(self.shapes, self.result_shape,
+                        tuple(pair for pair in self.batch if lhs[pair[0]] != 1),
+                        tuple(pair for pair in self.contract if lhs[pair[0]] != 1),
+                        tuple(tuple(d for d in free if shape[d] != 1)
+                              for free, shape in zip(self.free, self.shapes)))
+
+    def size(self, side: int, dims: Sequence[int]) -> int:
+        return math.prod(self.shapes[side][d] for d in dims)
+
+    @property
+    def m(self) -> int:
+        return self.size(0, self.free[0])
+
+    @property
+    def n(self) -> int:
+        return self.size(1, self.free[1])
+
+    @property
+    def k(self) -> int:
+        return self.size(0, [pair[0] for pair in self.contract])
+
+    def result_positions(self, side: int, params: Sequence[str]) -> list[str]:
+        """Where an operand is read at the result's index ``params`` (contracting
+        dimensions, all of size 1 when this is asked, at 0)."""
+        where = ["0"] * len(self.shapes[side])
+        for param, pair in zip(params, self.batch):
+            where[pair[side]] = param
+        first = len(self.batch) + (0 if side == 0 else len(self.free[0]))
+        for param, d in zip(params[first:], self.free[side]):
+            where[d] = param
+        return where
+
+    def groups(self, side: int, operand: _Operand, order) -> tuple[bool, int | None, int | None]:
+        """Whether the operand's free and contracting groups (the latter in ``order``, a
+        sequence of pairs of ``contract``) are single-strided, and their strides."""
+        shape = self.shapes[side]
+        ok_free, free_stride = operand.group(shape, self.free[side])
+        ok_k, k_stride = operand.group(shape, [pair[side] for pair in order])
+        return ok_free and ok_k, free_stride, k_stride
+
+    def offsets(self, operands: Sequence[_Operand], indices: Sequence[str]) -> list[str]:
+        """C++ offsets of the operands' and the result's matrices at the batch ``indices``."""
+        out = []
+        for side, operand in enumerate(operands):
+            out.append(" + ".join([f"{operand.offset}LL"] + [
+                f"{operand.strides[pair[side]]}LL * {index}"
+                for pair, index in zip(self.batch, indices)]))
+        # the result's batch dimensions lead, in the order of the pairs
+        strides = _row_major(self.result_shape)
+        out.append(" + ".join(["0LL"] + [f"{strides[pair[2]]}LL * {index}"
+                                         for pair, index in zip(self.batch, indices)]))
+        return out
 
 
 @register("stablehlo.dot_general")
@@ -64,86 +291,290 @@ def dot_general(b: Builder, op: ir.Op) -> None:
     lhs, rhs = op.operands
     numbers = op.attr("dot_dimension_numbers")
     fields = numbers.fields if isinstance(numbers, ir.StructAttr) else {}
-    lhs_batch = tuple(fields.get("lhs_batching_dimensions", ()))
-    lhs_contract = tuple(fields.get("lhs_contracting_dimensions", ()))
-    rhs_contract = tuple(fields.get("rhs_contracting_dimensions", ()))
-    result_element = op.result.type.element
-    supported = ["matrix-matrix, matrix-vector, vector-matrix and vector-vector products "
-                 "with one contracting dimension and operands of the result's element type"]
-    if lhs_batch:
-        raise b.unsupported(f"batch dimensions {list(lhs_batch)} (batched products are not "
-                            "translated yet)", supported)
-    if len(lhs_contract) != 1 or len(rhs_contract) != 1:
-        raise b.unsupported(f"{len(lhs_contract)} contracting dimensions (only one is "
-                            "translated)", supported)
-    if not (lhs.type.element == rhs.type.element == result_element):
-        raise b.unsupported(f"mixed element types {lhs.type.element} x {rhs.type.element} -> "
-                            f"{result_element}", supported)
-    ranks = (lhs.type.rank, rhs.type.rank)
-    if max(ranks) > 2:
-        raise b.unsupported(f"contraction of a rank {ranks[0]} and a rank {ranks[1]} operand",
-                            supported)
-    element = dtypes.of(op.result.type, op.name, op.location)
-    if element.narrow_bits or element.is_bool:
-        raise b.unsupported(f"products of {result_element}",
-                            BLAS_TYPES + ("f16", "bf16", "integers of 8 to 64 bits"))
-    (lc,), (rc,) = lhs_contract, rhs_contract
+    lhs_batch, rhs_batch, lhs_contract, rhs_contract = (
+        tuple(int(d) for d in fields.get(f"{side}_{kind}_dimensions", ()))
+        for kind in ("batching", "contracting") for side in ("lhs", "rhs"))
+    if len(lhs_batch) != len(rhs_batch) or len(lhs_contract) != len(rhs_contract):
+        raise b.unsupported(f"dimension numbers {dict(fields)} pair unequal numbers of "
+                            "dimensions")
+    lhs_element, rhs_element, result = (dtypes.of(v.type, op.name, op.location)
+                                        for v in (lhs, rhs, op.result))
+    compute = _compute_type(lhs_element, rhs_element, result)
+    if result.narrow_bits and not compute.is_integer:
+        raise b.unsupported(f"a {compute.element} product converted to {result.element}",
+                            ["integer results of integer products"])
+    full = _Product.of(op, tuple(zip(lhs_batch, rhs_batch)),
+                       tuple(zip(lhs_contract, rhs_contract)))
     target = b.result_array(op.result)
-    if lhs.type.shape[lc] == 0 or op.result.type.size == 0:  # empty contraction: zeros
-        b.copy_into(Literal(element.numpy.type(0), op.result.type), target)
-        b.bind(op.result, target)
-        return
-    a, a_transposed = _operand(b, lhs)
-    x, x_transposed = _operand(b, rhs)
-    use_blas = result_element in BLAS_TYPES and blas_implementation() == "OpenBLAS"
-    # f16/bf16 accumulate in float and round once, as XLA's CPU products do
-    if (not use_blas or 1 in lhs.type.shape or 1 in rhs.type.shape
-            or (ranks == (1, 1) and element.is_complex)):
-        # DaCe's BLAS nodes squeeze unit dimensions away and then reject (or, for Gemm
-        # with one column, miscompute) the product, its OpenBLAS Dot calls a cblas_?dot
-        # that does not exist for complex types, and its pure code accumulates with
-        # atomics (a vector dot of integers ~50x slower than XLA): a map of loops instead
-        _naive_product(b, op, (a, a_transposed, lc), (x, x_transposed, rc), target)
-        b.bind(op.result, target)
-        return
-    if ranks == (2, 2):  # C = op(A) op(B)
-        node = blas.Gemm(b.fresh("gemm"), transA=(lc == 0) != a_transposed,
-                         transB=(rc == 1) != x_transposed)
-        connect = (("_a", a), ("_b", x)), "_c"
-    elif ranks == (2, 1):  # y = op(A) x
-        node = blas.Gemv(b.fresh("gemv"), transA=(lc == 0) != a_transposed)
-        connect = (("_A", a), ("_x", x)), "_y"
-    elif ranks == (1, 2):  # x @ W = op(W)^T x
-        node = blas.Gemv(b.fresh("gemv"), transA=(rc == 0) != x_transposed)
-        connect = (("_A", x), ("_x", a)), "_y"
-    else:  # plain sum of products: no conjugation, as stablehlo.dot_general
-        node = blas.Dot(b.fresh("dot"))
-        connect = (("_x", a), ("_y", x)), "_result"
-    node.implementation = "OpenBLAS"
-    b.state.add_node(node)
-    inputs, output = connect
-    for conn, array in inputs:
-        b.state.add_edge(b.read(array.name), None, node, conn, _memlet(array))
-    b.state.add_edge(node, output, b.write(target.name), None, _memlet(target))
     b.bind(op.result, target)
+    if op.result.type.size == 0:
+        return
+    if full.k == 0:  # an empty sum
+        b.copy_into(Literal(result.numpy.type(0), op.result.type), target)
+        return
+    if full.k == 1:
+        _outer_product(b, op, full, compute, target)
+        return
+    product = full.without_units()
+    accumulate = dtypes.element_type("f32") if compute.is_stored_as_bits else compute
+    sizes = (product.m, product.n, product.k)
+    small = not accumulate.is_complex and math.prod(sizes) <= SMALL_PRODUCT
+    if (accumulate.element in BLAS_TYPES and blas_implementation() == "OpenBLAS"
+            and max(sizes) <= BLAS_INT_MAX and not small):
+        _blas_product(b, op, product, (compute, accumulate), target)
+    else:
+        _loop_product(b, op, product, compute, target)
 
 
-def _naive_product(b: Builder, op: ir.Op, lhs, rhs, target: Array) -> None:
-    """``target`` = the product, each element a loop over the contracted dimension
-    (wrapping integer arithmetic through ``h2d::add``/``h2d::mul``)."""
-    element = dtypes.of(op.result.type)
-    params = iter(map_params(op.result.type.rank))
-    reads = []
-    for conn, (array, transposed, contracted) in zip(("__a", "__b"), (lhs, rhs)):
-        logical = ["__k" if d == contracted else next(params) for d in range(len(
-            array.type.shape))]
-        if transposed:
-            logical = logical[::-1]
-        reads.append(element.load(f"{conn}[{flat_index(array.type.shape, logical)}]"))
-    n = op.operands[0].type.shape[lhs[2]]
-    zero = literal(element.numpy.type(0), element)
-    code = (f"{element.compute} __acc = {zero};\n"
-            f"for (int64_t __k = 0; __k < {n}; ++__k) {{ h2d::scalar_loop(); "
-            f"__acc = h2d::add(__acc, h2d::mul({reads[0]}, {reads[1]})); }}\n"
-            f"__out = {element.store('__acc')};")
-    b.indexed_map("dot", target, {"__a": lhs[0], "__b": rhs[0]}, {}, code)
+def _outer_product(b: Builder, op: ir.Op, product: _Product, compute: ElementType,
+                   target: Array) -> None:
+    """No contraction (or one of size 1): result = lhs * rhs, one map over the result."""
+    params = map_params(op.result.type.rank)
+    inputs, args = {}, []
+    for side, value in enumerate(op.operands):
+        element = dtypes.of(value.type)
+        binding = b.operand(value)
+        if isinstance(binding, Literal):
+            read = literal(binding.value, element, storage=True)
+        else:
+            data, subset = _read(binding, product.result_positions(side, params))
+            inputs[f"__in{side}"] = dace.Memlet(f"{data}[{subset}]")
+            read = f"__in{side}"
+        args.append(_converted(read, element, compute))
+    value = _stored(compute.fit(f"h2d::mul({args[0]}, {args[1]})"), compute,
+                    dtypes.of(op.result.type))
+    b.mapped_tasklet("outer_product", op.result.type, inputs, f"__out = {value};",
+                     {"__out": dace.Memlet(f"{target.name}[{', '.join(params) or '0'}]")})
+
+
+def _arrange(b: Builder, op: ir.Op, product: _Product, fits,
+             convert: tuple[ElementType, ElementType] | None
+             ) -> tuple[tuple[_Operand, _Operand], tuple]:
+    """Both operands, and the order of the contracting pairs: each read in place where
+    ``fits(side, operand, order)`` accepts it (and it holds ``convert``'s storage type),
+    else copied once into the layout batch x free x K (lhs) or batch x K x free (rhs)."""
+    in_place = [_in_place(b.operand(v)) for v in op.operands]
+    for side, operand in enumerate(in_place):
+        if (operand is not None and convert is not None
+                and _precision_key(operand.element) != _precision_key(convert[1])):
+            in_place[side] = None
+    orders = [product.contract]
+    for side, operand in enumerate(in_place):  # the one order that makes its K one stride
+        if operand is not None:
+            orders.append(tuple(sorted(product.contract,
+                                       key=lambda pair: -operand.strides[pair[side]])))
+
+    def accepted(side, order):
+        return in_place[side] is not None and fits(side, in_place[side], order)
+
+    order = next((o for o in orders if accepted(0, o) and accepted(1, o)),
+                 next((o for o in orders if accepted(0, o) or accepted(1, o)),
+                      product.contract))
+    operands = []
+    for side, value in enumerate(op.operands):
+        if accepted(side, order):
+            operands.append(in_place[side])
+            continue
+        batch = [pair[side] for pair in product.batch]
+        contract = [pair[side] for pair in order]
+        free = list(product.free[side])
+        layout = batch + (free + contract if side == 0 else contract + free)
+        layout += [d for d in range(value.type.rank) if d not in layout]  # unit dims
+        operands.append(_copy(b, value, layout, convert))
+    return (operands[0], operands[1]), order
+
+
+def _tasklet(b: Builder, label: str, operands: Sequence[_Operand], target: Array, code: str,
+             environments: Sequence[str] = ()) -> None:
+    """One tasklet (no map) that reads the operands' arrays as pointers ``__a``, ``__b``
+    and writes the result through the pointer ``__c``."""
+    state = b.state
+    prelude, inputs = [], {}
+    for conn, operand in zip(("__a", "__b"), operands):
+        array = operand.array
+        name = conn if array.type.size > 1 else f"{conn}_value"
+        if name != conn:  # DaCe passes a one-element subset by value
+            prelude.append(f"const auto* {conn} = &{name};")
+        inputs[name] = array
+    output = "__c" if target.type.size > 1 else "__c_value"
+    if output != "__c":
+        prelude.append("auto* __c = &__c_value;")
+    tasklet = state.add_tasklet(b.fresh(label), dict.fromkeys(inputs), {output: None},
+                                "\n".join(prelude + [code]), language=dace.Language.CPP,
+                                debuginfo=b.debuginfo())
+    tasklet.environments = set(environments)
+    for conn, array in inputs.items():
+        state.add_edge(b.read(array.name), None, tasklet, conn, _memlet(array))
+    state.add_edge(tasklet, output, b.write(target.name), None, _memlet(target))
+
+
+def _memlet(array: Array) -> dace.Memlet:
+    return dace.Memlet(f"{array.name}[{', '.join(f'0:{n}' for n in dace_shape(array.type))}]")
+
+
+# -------------------------------------------------------------------------- BLAS
+
+
+def _matrix(rows: int, row_stride: int | None, cols: int, col_stride: int | None
+            ) -> tuple[bool, int] | None:
+    """A rows x cols matrix as row-major BLAS reads it: (transposed, leading dimension),
+    None if neither of its strides is 1 (or the other is below BLAS's minimum)."""
+    if col_stride in (None, 1):
+        ld = row_stride if row_stride is not None else max(1, cols)
+        if max(1, cols) <= ld <= BLAS_INT_MAX:
+            return False, ld
+    if row_stride in (None, 1):
+        ld = col_stride if col_stride is not None else max(1, rows)
+        if max(1, rows) <= ld <= BLAS_INT_MAX:
+            return True, ld
+    return None
+
+
+def _increment(stride: int | None) -> int | None:
+    """A vector's BLAS increment (positive: a negative one walks backwards from the end)."""
+    if stride is None:
+        return 1
+    return stride if 0 < stride <= BLAS_INT_MAX else None
+
+
+def _trans(transposed: bool) -> str:
+    return "CblasTrans" if transposed else "CblasNoTrans"
+
+
+def _blas_product(b: Builder, op: ir.Op, product: _Product,
+                  convert: tuple[ElementType, ElementType], target: Array) -> None:
+    """``C = A B`` per batch element by one OpenBLAS call: dot, gemv or gemm."""
+    from dace.libraries.blas.environments.openblas import OpenBLAS
+
+    m, n, k = product.m, product.n, product.k
+    accumulate = convert[1]
+
+    def fits(side, operand, order):
+        ok, free, contract = product.groups(side, operand, order)
+        if not ok:
+            return False
+        if (m, n)[side] == 1:  # a vector
+            return _increment(contract) is not None
+        if side == 0:
+            return _matrix(m, free, k, contract) is not None
+        return _matrix(k, contract, n, free) is not None
+
+    (a, x), order = _arrange(b, op, product, fits, convert)
+    _, a_free, a_k = product.groups(0, a, order)
+    _, x_free, x_k = product.groups(1, x, order)
+    result = dtypes.of(op.result.type)
+    direct = _precision_key(accumulate) == _precision_key(result)
+    out = target if direct else b.add_array(
+        "dot_sum", ir.TensorType(tuple(op.result.type.shape), accumulate.element))
+    prefix = BLAS_TYPES[accumulate.element]
+    lines = []
+    if accumulate.is_complex:
+        lines.append(f"const {accumulate.compute} __one(1), __zero(0);")
+        alpha, beta = "&__one", "&__zero"
+    else:
+        alpha, beta = "1", "0"
+    indices = [f"__b{j}" for j in range(len(product.batch))]
+    lines += [f"for (int64_t {index} = 0; {index} < {product.shapes[0][pair[0]]}; ++{index}) "
+              "{ h2d::scalar_loop();" for index, pair in zip(indices, product.batch)]
+    pa, px, pc = (f"{p} + ({offset})" for p, offset in
+                  zip(("__a", "__b", "__c"), product.offsets((a, x), indices)))
+    if m == 1 and n == 1:
+        vectors = f"{k}, {pa}, {_increment(a_k)}, {px}, {_increment(x_k)}"
+        if accumulate.is_complex:
+            lines.append(f"cblas_{prefix}dotu_sub({vectors}, {pc});")
+        else:
+            lines.append(f"*({pc}) = cblas_{prefix}dot({vectors});")
+    elif n == 1:  # y = A x
+        transposed, ld = _matrix(m, a_free, k, a_k)
+        rows, cols = (k, m) if transposed else (m, k)
+        lines.append(f"cblas_{prefix}gemv(CblasRowMajor, {_trans(transposed)}, {rows}, {cols},"
+                     f" {alpha}, {pa}, {ld}, {px}, {_increment(x_k)}, {beta}, {pc}, 1);")
+    elif m == 1:  # y = B^T x
+        transposed, ld = _matrix(k, x_k, n, x_free)
+        rows, cols = (n, k) if transposed else (k, n)
+        lines.append(f"cblas_{prefix}gemv(CblasRowMajor, {_trans(not transposed)}, {rows}, "
+                     f"{cols}, {alpha}, {px}, {ld}, {pa}, {_increment(a_k)}, {beta}, {pc}, 1);")
+    else:
+        trans_a, lda = _matrix(m, a_free, k, a_k)
+        trans_b, ldb = _matrix(k, x_k, n, x_free)
+        lines.append(f"cblas_{prefix}gemm(CblasRowMajor, {_trans(trans_a)}, {_trans(trans_b)}, "
+                     f"{m}, {n}, {k}, {alpha}, {pa}, {lda}, {px}, {ldb}, {beta}, {pc}, {n});")
+    lines.append("}" * len(indices))
+    _tasklet(b, "blas", (a, x), out, "\n".join(lines), [OpenBLAS.full_class_path()])
+    if not direct:
+        subset = ", ".join(map_params(op.result.type.rank)) or "0"
+        _sequential_map(b, "dot_result", op.result.type,
+                        {"__in": dace.Memlet(f"{out.name}[{subset}]")},
+                        f"__out = {_stored('__in', accumulate, result)};",
+                        {"__out": dace.Memlet(f"{target.name}[{subset}]")})
+
+
+# --------------------------------------------------------------------- loop nest
+
+
+def _loop_product(b: Builder, op: ir.Op, product: _Product, compute: ElementType,
+                  target: Array) -> None:
+    """Everything BLAS does not multiply. One tasklet, parallel over the rows of the
+    result (batch x M), whose innermost loops stream contiguous data without a guard so
+    that GCC vectorises them; the ``h2d::scalar_loop`` calls sit in the outer loops (no
+    map surrounds this loop nest: there is no map loop to vectorise across it)."""
+    m, n, k = product.m, product.n, product.k
+
+    def fits(side, operand, order):
+        return product.groups(side, operand, order)[0]
+
+    (a, x), order = _arrange(b, op, product, fits, None)
+    _, a_free, a_k = product.groups(0, a, order)
+    _, x_free, x_k = product.groups(1, x, order)
+    a_free, a_k, x_free, x_k = (stride or 0 for stride in (a_free, a_k, x_free, x_k))
+    result = dtypes.of(op.result.type)
+    batch = [product.shapes[0][pair[0]] for pair in product.batch]
+    rows = math.prod(batch) * m
+    indices = [f"__b{j}" for j in range(len(batch))]
+    lines = ["#pragma omp parallel for schedule(static)"] if rows * n * k > PARALLEL_WORK else []
+    lines += [f"for (int64_t __r = 0; __r < {rows}LL; ++__r) {{",
+              "h2d::scalar_loop();",
+              f"int64_t __t = __r / {m}LL;"]
+    for index, size in reversed(list(zip(indices, batch))):
+        lines.append(f"const int64_t {index} = __t % {size}LL; __t /= {size}LL;")
+    pa, px, pc = product.offsets((a, x), indices)
+    zero = literal(compute.numpy.type(0), compute)
+    load_a = _converted(f"__pa[__k * {a_k}LL]", a.element, compute)
+    lines += [f"const int64_t __m = __r % {m}LL;",
+              f"const auto* __pa = __a + ({pa} + {a_free}LL * __m);",
+              f"const auto* __pb = __b + ({px});",
+              f"auto* __pc = __c + ({pc} + {n}LL * __m);"]
+    if x_free == 1 and n > 1:  # blocks of a result row in registers; rows of B streamed
+        width = 4 if compute.is_stored_as_bits else compute.numpy.itemsize
+        block = max(1, REGISTER_BLOCK_BYTES // width)
+        step = (f"__acc[__j] = h2d::add(__acc[__j], h2d::mul(__x, "
+                f"{_converted('__row[__j]', x.element, compute)}));")
+        lines += [
+            f"for (int64_t __n0 = 0; __n0 < {n}LL; __n0 += {block}) {{",
+            "h2d::scalar_loop();",
+            f"const int64_t __nb = std::min<int64_t>({block}, {n}LL - __n0);",
+            f"{compute.compute} __acc[{block}];",
+            f"for (int __j = 0; __j < {block}; ++__j) __acc[__j] = {zero};",
+            f"for (int64_t __k = 0; __k < {k}LL; ++__k) {{",
+            "h2d::scalar_loop();",
+            f"const {compute.compute} __x = {load_a};",
+            f"const auto* __row = __pb + (__k * {x_k}LL + __n0);",
+            f"if (__nb == {block}) {{ for (int __j = 0; __j < {block}; ++__j) {step} }}",
+            f"else {{ for (int64_t __j = 0; __j < __nb; ++__j) {step} }}",
+            "}",
+            "for (int64_t __j = 0; __j < __nb; ++__j) "
+            f"__pc[__n0 + __j] = {_stored('__acc[__j]', compute, result)};",
+            "}"]
+    else:  # one register sum per element, K innermost
+        load_x = _converted(f"__col[__k * {x_k}LL]", x.element, compute)
+        lines += [
+            f"for (int64_t __n = 0; __n < {n}LL; ++__n) {{",
+            "h2d::scalar_loop();",
+            f"const auto* __col = __pb + __n * {x_free}LL;",
+            f"{compute.compute} __acc = {zero};",
+            f"for (int64_t __k = 0; __k < {k}LL; ++__k) "
+            f"__acc = h2d::add(__acc, h2d::mul({load_a}, {load_x}));",
+            f"__pc[__n] = {_stored('__acc', compute, result)};",
+            "}"]
+    lines.append("}")
+    _tasklet(b, "dot_loops", (a, x), target, "\n".join(lines))
