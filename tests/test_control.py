@@ -408,3 +408,27 @@ def test_scatter_into_a_carried_array_updates_it_in_place():
     maps = [n for state in loop.all_control_flow_blocks() if isinstance(state, dace.SDFGState)
             for n in state.nodes() if isinstance(n, dace.nodes.MapEntry)]
     assert all(int(n.map.range.num_elements()) < 400 for n in maps), maps
+
+
+@pytest.mark.parametrize("steps", [0, 1, 2, 5])
+def test_stencil_alternates_two_buffers(steps):
+    """A large carried array updated from its neighbours cannot be updated in place: the
+    loop alternates between two buffers (the body emitted twice), for even and odd
+    iteration counts and traced bounds, carrying a small value beside it."""
+    from dace.sdfg.state import LoopRegion
+
+    u = sample(np.float64, (128, 130)) / 10
+
+    def f(u, n):
+        def step(i, state):
+            u, total = state
+            laplacian = (jnp.roll(u, 1, 0) + jnp.roll(u, -1, 0) + jnp.roll(u, 1, 1)
+                         + jnp.roll(u, -1, 1) - 4 * u)
+            return u + 0.1 * laplacian, total + u[3, 4] * i
+
+        return lax.fori_loop(0, n, step, (u, 0.0))
+
+    assert_matches_jax(f, u, np.int32(steps), rtol=1e-14, atol=1e-14)
+    sdfg = hlo2dace.jit(f).lower(u, np.int32(steps)).as_sdfg()
+    (loop,) = [n for n in sdfg.all_control_flow_regions() if isinstance(n, LoopRegion)]
+    assert "2" in loop.update_statement.as_string  # two iterations per trip

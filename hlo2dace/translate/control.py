@@ -12,8 +12,10 @@ iteration and leaves through a ``BreakBlock``. Each carried value lives in one a
 the whole loop; a value the body passes through unchanged gets none. The body writes a new
 carried value straight into its array where that is safe (an elementwise update, or a
 ``dynamic_update_slice`` or ``scatter`` into a carried tensor nothing else reads, also
-through calls);
-other new values are copied back at the end of the iteration.
+through calls). A large carried value that cannot be updated in place (a stencil) gets a
+second buffer in a counted loop, whose body is then emitted twice (from the first buffer
+into the second, and back) so nothing is copied; other new values are copied back at the
+end of the iteration.
 
 ``stablehlo.case`` and ``stablehlo.if`` become a ``ConditionalBlock`` whose branches write
 their results into shared arrays; a constant index or predicate inlines its branch."""
@@ -29,6 +31,10 @@ from dace.sdfg.state import BreakBlock, ConditionalBlock, ControlFlowRegion, Loo
 from .. import ir
 from .builder import Array, Binding, Builder, Literal, Pending, Scope, View
 from .registry import elementwise_rule, register
+
+#: carried values of at least this many elements alternate between two buffers in counted
+#: loops instead of being copied back every iteration
+SWAP_ELEMENTS = 1 << 14
 
 
 @register("func.call", "stablehlo.call")
@@ -202,20 +208,55 @@ def _counted_loop(b: Builder, op: ir.Op, counted, bindings: list[Binding],
         end = _loop_bound(b, op.operands[bound_slot], assignments)
         bindings[bound_slot] = b.operand(op.operands[bound_slot])
     variable = b.fresh("__it")
-    loop = LoopRegion(b.fresh("for"), f"{variable} < {end}", variable,
-                      f"{variable} = {start}", f"{variable} = {variable} + {step}")
-    b.append_block(loop, assignments)
     counter_array = carries[counter]
-    element = counter_array.type.element
-    ctype = "int32_t" if element == "i32" else "int64_t"
+    ctype = "int32_t" if counter_array.type.element == "i32" else "int64_t"
     slots = [k for k in carries if k != counter]
+    swapped = _swapped_slots(b, op, slots)
+    stride = 2 * step if swapped else step
+    loop = LoopRegion(b.fresh("for"), f"{variable} < {end}", variable,
+                      f"{variable} = {start}", f"{variable} = {variable} + {stride}")
+    b.append_block(loop, assignments)
     with b.inside(loop):
         _write_symbol(b, counter_array, f"({ctype}){variable}")
-        _body(b, op, bindings, carries, slots)
+        if not swapped:
+            _body(b, op, bindings, carries, slots)
+        else:  # two iterations per trip, the swapped values going to the spares and back
+            spares = {k: b.add_array("spare", carries[k].type) for k in swapped}
+            _body(b, op, bindings, {**carries, **spares}, slots)
+            second = ConditionalBlock(b.fresh("second"))
+            b.append_block(second)
+            more, last = ControlFlowRegion(b.fresh("more")), ControlFlowRegion(b.fresh("last"))
+            second.add_branch(f"{variable} + {step} < {end}", more)
+            second.add_branch(None, last)
+            with b.inside(more):
+                _write_symbol(b, counter_array, f"({ctype})({variable} + {step})")
+                _body(b, op, [spares.get(k, binding) for k, binding in enumerate(bindings)],
+                      carries, slots)
+            with b.inside(last):
+                for k in swapped:
+                    b.copy_into(spares[k], carries[k])
     # the counter's final value: the first value of the sequence not below the bound
     _write_symbol(b, counter_array,
                   f"({ctype})(({start}) < ({end}) ? ({start}) + ((({end}) - ({start}) + "
                   f"{step - 1}) / {step}) * {step} : ({start}))")
+
+
+def _swapped_slots(b: Builder, op: ir.Op, slots: Sequence[int]) -> list[int]:
+    """The carried values of a counted loop that alternate between two buffers: those an op
+    of the body computes, that cannot be updated in place (a stencil reads neighbours),
+    and that are large enough for a copy per iteration to cost more than a second copy
+    of the body's code."""
+    body = op.regions[1].entry
+    returned = body.terminator.operands
+    swapped, seen = [], set()
+    for k in slots:
+        value = returned[k]
+        if (value.name not in seen and value.type.size >= SWAP_ELEMENTS
+                and any(value in o.results for o in body.ops)
+                and not _in_place(body, body.arguments[k], value, b.module.functions)):
+            swapped.append(k)
+            seen.add(value.name)
+    return swapped
 
 
 def _write_symbol(b: Builder, target: Array, expression: str) -> None:
@@ -253,19 +294,22 @@ def _general_loop(b: Builder, op: ir.Op, bindings: list[Binding],
         _body(b, op, bindings, carries, list(carries))
 
 
-def _body(b: Builder, op: ir.Op, bindings: Sequence[Binding], carries: dict[int, Array],
+def _body(b: Builder, op: ir.Op, sources: Sequence[Binding], targets: dict[int, Array],
           slots: Sequence[int]) -> None:
-    """One iteration of the loop body: the new values of the carried ``slots`` end in
-    their arrays, in place where ``_in_place`` allows, else copied back at the end."""
+    """One iteration of the loop body, reading the carried values from ``sources``: the new
+    values of the carried ``slots`` end in their ``targets``, written there by the ops
+    that compute them where the target is another buffer or ``_in_place`` allows, else
+    copied at the end."""
     body = op.regions[1].entry
     returned = body.terminator.operands
     destinations = {}
     for k in slots:
-        value = returned[k]
-        if value.name not in destinations and any(value in o.results for o in body.ops) \
-                and _in_place(body, body.arguments[k], value, b.module.functions):
-            destinations[value.name] = carries[k].name
-    env = b.scope.env.new_child(dict(zip((a.name for a in body.arguments), bindings)))
+        value, source = returned[k], sources[k]
+        other_buffer = not (isinstance(source, Array) and source.name == targets[k].name)
+        if value.name not in destinations and any(value in o.results for o in body.ops) and (
+                other_buffer or _in_place(body, body.arguments[k], value, b.module.functions)):
+            destinations[value.name] = targets[k].name
+    env = b.scope.env.new_child(dict(zip((a.name for a in body.arguments), sources)))
     scope = Scope.of(env, body, destinations, returned=slots)
     saved = b.current_op
     results = b.translate_block(body, scope)
@@ -275,13 +319,13 @@ def _body(b: Builder, op: ir.Op, bindings: Sequence[Binding], carries: dict[int,
     copies = []
     for k in slots:
         binding = b.resolve(results[k])
-        if isinstance(binding, Array) and binding.name == carries[k].name:
+        if isinstance(binding, Array) and binding.name == targets[k].name:
             continue
         copies.append((k, binding))
     if copies:
-        # stage the new values that read a carried array, so no copy overwrites an
-        # array that another copy still reads
-        written = {carries[k].name for k, _ in copies}
+        # stage the new values that read an array written below, so no copy overwrites
+        # an array that another copy still reads
+        written = {targets[k].name for k, _ in copies}
         b.new_state("stage")
         staged = []
         for k, binding in copies:
@@ -293,7 +337,7 @@ def _body(b: Builder, op: ir.Op, bindings: Sequence[Binding], carries: dict[int,
             staged.append((k, binding))
         b.new_state("carry")
         for k, binding in staged:
-            b.copy_into(binding, carries[k])
+            b.copy_into(binding, targets[k])
     b.scope = outer
 
 
