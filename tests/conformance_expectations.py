@@ -15,16 +15,10 @@ def _each(reason: str, *ids: str) -> dict[str, str]:
 
 
 # ---------------------------------------------------------------- ops not translated yet
-CONTROL = "while/case/if: issue 4 (control flow), not translated yet"
-SCAN = ("chlo.scan: legalises to while + get_dimension_size, issues 4 (control flow) and "
-        "7 (dynamic shapes)")
+SCAN = ("chlo.scan: its legalisation slices with stablehlo.real_dynamic_slice, a dynamic-shape "
+        "op: issue 7 (dynamic shapes)")
 MAP = "map (a region applied element by element): not translated yet"
-ISSUE5 = "gather/scatter/sort/fft/convolution/rng: issue 5, not translated yet"
-DYNAMIC = "dynamic shapes (dynamic_* ops, get_dimension_size): issue 7"
-TRIANGULAR = "triangular_solve: not translated yet (linear algebra)"
-DOT_GENERAL = ("dot_general with batch dimensions or with no/several contracting dimensions "
-               "(outer product): the general dot_general is not translated yet; only one "
-               "contracting dimension without batch is")
+DYNAMIC = "dynamic shapes (dynamic_* ops with shape operands): issue 7"
 
 # ------------------------------------------------------------------ types not supported
 NARROW_FLOAT = ("sub-byte and 8-bit float types (f4E2M1FN, f6E2M3FN, f6E3M2FN, f8E3M4, "
@@ -50,15 +44,6 @@ REDUCE_PRECISION_NAN = ("reduce_precision to zero mantissa bits: hlo2dace follow
 
 EXPECTED_FAILURES: dict[str, str] = {
     **_each(
-        CONTROL,
-        "case.mlir::case_negative_index_default",
-        "case.mlir::case_in_bound_index",
-        "case.mlir::case_out_of_bound_index_default",
-        "if.mlir::if_ops_true_branch",
-        "if.mlir::if_ops_false_branch",
-        "while.mlir::while",
-    ),
-    **_each(
         SCAN,
         "chlo/scan.mlir::scan_cumsum_1d",
         "chlo/scan.mlir::scan_cumsum_dim1",
@@ -70,32 +55,6 @@ EXPECTED_FAILURES: dict[str, str] = {
         "map.mlir::map_op_test_si64",
     ),
     **_each(
-        ISSUE5,
-        "convolution.mlir::convolution_op_test_si64",
-        "convolution.mlir::convolution_op_test_si8",
-        "convolution.mlir::convolution_op_test_padding",
-        "convolution.mlir::convolution_batch_group_count_4",
-        "convolution.mlir::convolution_feature_group_count_2",
-        "fft.mlir::fft_op_test_fft_1d_c128",
-        "fft.mlir::fft_op_test_fft_2d_c128",
-        "fft.mlir::fft_op_test_fft_3d_c128",
-        "fft.mlir::fft_op_test_ifft_1d_c128",
-        "fft.mlir::fft_op_test_ifft_2d_c128",
-        "fft.mlir::fft_op_test_ifft_3d_c128",
-        "fft.mlir::fft_op_test_rfft_1d_f64",
-        "fft.mlir::fft_op_test_rfft_2d_f64",
-        "fft.mlir::fft_op_test_rfft_3d_f64",
-        "fft.mlir::fft_op_test_irfft_1d_c128",
-        "fft.mlir::fft_op_test_irfft_2d_c128",
-        "fft.mlir::fft_op_test_irfft_3d_c128",
-        "gather.mlir::gather_op_test",
-        "gather.mlir::gather_op_with_batching_dim_test",
-        "scatter.mlir::scatter_op_test",
-        "scatter.mlir::scatter_op_with_batching_dim_test",
-        "sort.mlir::sort_stable",
-        "sort.mlir::sort_issue_2440",
-    ),
-    **_each(
         DYNAMIC,
         "dynamic_broadcast_in_dim.mlir::broadcast_in_dim",
         "dynamic_conv.mlir::dynamic_conv_op_test_si64",
@@ -104,45 +63,6 @@ EXPECTED_FAILURES: dict[str, str] = {
         "dynamic_iota.mlir::dynamic_iota_op_test_si64_dim_1",
         "dynamic_pad.mlir::dynamic_pad",
         "dynamic_reshape.mlir::dynamic_reshape_op_test_si64",
-        "get_dimension_size.mlir::get_dimension_size_op_test_si64",
-    ),
-    **_each(
-        TRIANGULAR,
-        "triangular_solve.mlir::triangular_solve_op_test_real_3x3_diagonal_left_lower",
-        "triangular_solve.mlir::triangular_solve_op_test_real_3x3_diagonal_left_upper",
-        "triangular_solve.mlir::triangular_solve_op_test_real_3x3_diagonal_right_lower",
-        "triangular_solve.mlir::triangular_solve_op_test_real_3x3_diagonal_right_upper",
-        "triangular_solve.mlir::triangular_solve_op_test_real_3x3_diagonal_left_lower_unit_diagonal",
-        "triangular_solve.mlir::triangular_solve_op_test_real_3x3_diagonal_left_upper_unit_diagonal",
-        "triangular_solve.mlir::triangular_solve_op_test_real_3x3_diagonal_right_lower_unit_diagonal",
-        "triangular_solve.mlir::triangular_solve_op_test_real_3x3_diagonal_right_upper_unit_diagonal",
-        "triangular_solve.mlir::triangular_solve_op_test_real_3x3_diagonal_left_lower_transpose",
-        "triangular_solve.mlir::triangular_solve_op_test_real_3x3_diagonal_left_upper_transpose",
-        "triangular_solve.mlir::triangular_solve_op_test_real_3x3_diagonal_right_lower_transpose",
-        "triangular_solve.mlir::triangular_solve_op_test_real_3x3_diagonal_right_upper_transpose",
-        "triangular_solve.mlir::triangular_solve_op_test_real_3x3_diagonal_left_lower_unit_diagonal_transpose",
-        "triangular_solve.mlir::triangular_solve_op_test_real_3x3_diagonal_left_upper_unit_diagonal_transpose",
-        "triangular_solve.mlir::triangular_solve_op_test_real_3x3_diagonal_right_lower_unit_diagonal_transpose",
-        "triangular_solve.mlir::triangular_solve_op_test_real_3x3_diagonal_right_upper_unit_diagonal_transpose",
-        "triangular_solve.mlir::triangular_solve_op_test_real_3x3_triangular_left_lower",
-        "triangular_solve.mlir::triangular_solve_op_test_real_3x3_triangular_left_upper",
-        "triangular_solve.mlir::triangular_solve_op_test_real_3x3_triangular_right_lower",
-        "triangular_solve.mlir::triangular_solve_op_test_real_3x3_triangular_right_upper",
-        "triangular_solve.mlir::triangular_solve_op_test_real_3x3_triangular_left_lower_transpose",
-        "triangular_solve.mlir::triangular_solve_op_test_real_3x3_triangular_left_upper_transpose",
-        "triangular_solve.mlir::triangular_solve_op_test_real_3x3_triangular_right_lower_transpose",
-        "triangular_solve.mlir::triangular_solve_op_test_real_3x3_triangular_right_upper_transpose",
-        "triangular_solve.mlir::triangular_solve_op_test_spec_example",
-        "triangular_solve.mlir::triangular_solve_op_test_complex_example",
-        "triangular_solve.mlir::triangular_solve_op_test_complex_example_adjoint",
-    ),
-    **_each(
-        DOT_GENERAL,
-        "dot_general.mlir::dot_general_op_test_si64",
-        "dot_general.mlir::dot_general_op_test_algorithm",
-        "dot_general.mlir::dot_general_op_test_empty_dims",
-        "dot_general.mlir::dot_general_op_test_different_operand_and_result_element_types",
-        "chlo/ragged_dot.mlir::ragged_dot_mode_1_batching",
     ),
     **_each(
         NARROW_FLOAT,

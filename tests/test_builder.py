@@ -86,3 +86,23 @@ def test_results_are_written_in_place():
     sdfg = hlo2dace.jit(lambda x: jnp.cos(x) + 1.0).lower(np.ones(5)).as_sdfg()
     assert _arrays(sdfg, transient=True) == {}
     assert len(_maps(sdfg)) == 1
+
+
+def test_concatenations_read_by_elementwise_ops_are_not_written():
+    """``jnp.roll`` is slices and a concatenate: an elementwise consumer reads each element
+    from the piece it falls in, so a periodic stencil is one map and no array is written
+    for the rolls; a concatenation also needed whole (a reduction) is written once."""
+
+    def stencil(u):
+        return (jnp.roll(u, 1, 0) + jnp.roll(u, -1, 1) - 2 * u) * 0.5
+
+    def mixed(u, v):
+        c = jnp.concatenate([u[:, :2] * 2, jnp.ones((5, 1)), v.T, u[:, ::-1]], axis=1)
+        return jnp.sin(c), c.sum(0)
+
+    u = np.arange(30.0).reshape(5, 6)
+    sdfg = hlo2dace.jit(stencil).lower(u).as_sdfg()
+    assert len(_maps(sdfg)) == 1
+    assert not _arrays(sdfg, transient=True)
+    assert_matches_jax(stencil, u)
+    assert_matches_jax(mixed, u, np.linspace(-1, 1, 15).reshape(3, 5))

@@ -98,7 +98,8 @@ def test_calls():
 
     # XLA contracts products feeding sums (p1 * q2 + x * s) into fused multiply-adds;
     # hlo2dace rounds each op as StableHLO specifies, so such results may differ by 1 ULP
-    assert_matches_jax(f, x, y, s, ulp=1)
+    # (a few in the matrix products, whose dot products XLA also computes with FMAs)
+    assert_matches_jax(f, x, y, s, ulp=1, tolerances={"['product_call']": 8})
 
 
 def test_main_returns_arguments():

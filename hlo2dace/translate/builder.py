@@ -87,7 +87,27 @@ class Pending:
         return self.value.type
 
 
-Binding = Union[Array, Literal, View, Pending]
+@dataclass(frozen=True, eq=False)
+class Pieces:
+    """A concatenation not written yet: ``parts`` laid end to end along ``dimension``.
+    Elementwise clusters read the piece each element falls in; anything else gets it
+    materialised into an array (once, remembered in ``materialised``)."""
+
+    parts: tuple[Union[Array, Literal, View], ...]
+    dimension: int
+    type: ir.TensorType
+    materialised: list = field(default_factory=list)
+
+    def extents(self) -> list[tuple[int, int]]:
+        """Where each part starts and ends along ``dimension``."""
+        out, start = [], 0
+        for part in self.parts:
+            out.append((start, start + part.type.shape[self.dimension]))
+            start = out[-1][1]
+        return out
+
+
+Binding = Union[Array, Literal, View, Pending, Pieces]
 
 
 #: maps doing less work than this (elements x work per element) run on one thread: an
@@ -120,22 +140,26 @@ def flat_index(shape: Sequence[int], indices: Sequence[str]) -> str:
     return " + ".join(reversed(terms)) or "0"
 
 
-def index_expressions(binding: Union[Array, View], rank: int) -> list[str]:
-    """Subscripts that read ``binding`` at the iteration point ``__i0..`` of a map over a
-    shape of ``rank`` dimensions (a 0-d operand of a shaped op is broadcast)."""
+def index_expressions(binding: Union[Array, View], rank: int,
+                      point: Sequence[str] | None = None) -> list[str]:
+    """Subscripts that read ``binding`` at the iteration ``point`` (default: ``__i0..``)
+    of a map over a shape of ``rank`` dimensions (a 0-d operand of a shaped op is
+    broadcast)."""
+    point = list(point) if point is not None else map_params(rank)
     if isinstance(binding, View):
         out = []
         for axis in binding.axes:
             if axis.dim is None:
                 out.append(str(axis.offset))
                 continue
-            term = f"__i{axis.dim}" if axis.stride == 1 else f"{axis.stride} * __i{axis.dim}"
+            index = point[axis.dim]
+            term = index if axis.stride == 1 else f"{axis.stride} * ({index})"
             out.append(term if axis.offset == 0 else f"{axis.offset} + {term}")
         return out or ["0"]
     if binding.type.rank == 0:
         return ["0"]
     assert binding.type.rank == rank
-    return map_params(rank)
+    return point
 
 
 # ------------------------------------------------------------------ elementwise
@@ -357,11 +381,35 @@ class Builder:
         return self.scope.env[value.name]
 
     def resolve(self, binding: Binding) -> Union[Array, Literal, View]:
-        """A pending elementwise result -> its array, emitting its cluster if needed."""
+        """A pending elementwise result -> its array, emitting its cluster if needed; a
+        concatenation -> its array, written if needed."""
         if isinstance(binding, Pending):
             self.close_cluster(binding.cluster)
             return binding.cluster.resolved[binding.key]
+        if isinstance(binding, Pieces):
+            if not binding.materialised:
+                target = self.add_array("concat", binding.type)
+                self.write_pieces(binding, target)
+                binding.materialised.append(target)
+            return binding.materialised[0]
         return binding
+
+    def write_pieces(self, pieces: Pieces, target: Array) -> None:
+        """Copy each part of a concatenation into its window of ``target``."""
+        written = []
+        for part, (start, _) in zip(pieces.parts, pieces.extents()):
+            offsets = [0] * pieces.type.rank
+            offsets[pieces.dimension] = start
+            self.copy_into(part, target, offsets)
+            if part.type.size:
+                written.append(self.read(target.name))  # the access node the copy wrote
+        # every piece into ONE access node, so that readers of the result depend on all
+        for node in written[:-1]:
+            if node is not written[-1]:
+                for edge in self.state.in_edges(node):
+                    self.state.add_edge(edge.src, edge.src_conn, written[-1], edge.dst_conn,
+                                        edge.data)
+                self.state.remove_node(node)
 
     def operand(self, value: ir.Value) -> Union[Array, Literal, View]:
         """``value`` as something a map can read (never pending)."""

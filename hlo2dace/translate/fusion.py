@@ -14,6 +14,7 @@ from .builder import (
     Array,
     Literal,
     Pending,
+    Pieces,
     View,
     index_expressions,
     map_params,
@@ -83,6 +84,9 @@ def _emit_map(b: Builder, cluster: ElementwiseCluster, outputs: dict) -> None:
                 in_edges.append((node, conn, dace.Memlet(data=node.data, subset="0"), False))
                 args.append(conn)
                 continue
+            if isinstance(binding, Pieces) and not binding.materialised:
+                args.append(_read_pieces(b, binding, conn, element, rank, in_conns, in_edges))
+                continue
             binding = b.resolve(binding)
             if isinstance(binding, Literal):
                 args.append(f"({literal(binding.value, element)})")
@@ -132,6 +136,33 @@ def _emit_map(b: Builder, cluster: ElementwiseCluster, outputs: dict) -> None:
                 state.add_memlet_path(tasklet, exit_, target, src_conn=conn, memlet=memlet)
             else:
                 state.add_edge(tasklet, conn, target, None, memlet)
+
+
+def _read_pieces(b: Builder, pieces: Pieces, conn: str, element, rank: int, in_conns: dict,
+                 in_edges: list) -> str:
+    """A concatenation read element by element: every part through a memlet at the
+    position clamped into it (always in bounds), the part the element falls in chosen."""
+    dimension = pieces.dimension
+    here = f"__i{dimension}"
+    choices = []
+    for j, (part, (start, end)) in enumerate(zip(pieces.parts, pieces.extents())):
+        if isinstance(part, Literal):
+            choices.append(f"({literal(part.value, element)})")
+            continue
+        position = f"max({here} - {start}, 0)" if start else here
+        if end < pieces.type.shape[dimension]:
+            position = f"min({position}, {end - start - 1})"
+        point = map_params(rank)
+        point[dimension] = position
+        data = part.source.name if isinstance(part, View) else part.name
+        subset = ", ".join(index_expressions(part, rank, point))
+        in_conns[f"{conn}_{j}"] = element.storage
+        in_edges.append((b.read(data), f"{conn}_{j}", dace.Memlet(f"{data}[{subset}]"), True))
+        choices.append(element.load(f"{conn}_{j}"))
+    expression = choices[-1]
+    for (_, end), choice in reversed(list(zip(pieces.extents(), choices))[:-1]):
+        expression = f"({here} < {end} ? {choice} : {expression})"
+    return expression
 
 
 def scalar_region(b: Builder, block: ir.Block, arguments: list[str], prefix: str

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from .. import ir
 from . import dtypes
-from .builder import Array, Axis, Builder, Literal, View, flat_index, map_params
+from .builder import Array, Axis, Builder, Literal, Pieces, View, flat_index, map_params
 from .registry import register, register_elementwise
 
 
@@ -136,24 +136,18 @@ def reshape(b: Builder, op: ir.Op) -> None:
 
 @register("stablehlo.concatenate")
 def concatenate(b: Builder, op: ir.Op) -> None:
+    """Bound lazily (``Pieces``): an elementwise consumer reads each element from the
+    operand it falls in, so ``jnp.roll`` and friends cost no copy; a function result is
+    written at once."""
     dimension = int(op.attr("dimension"))
-    target = b.result_array(op.result)
-    offset, written = 0, []
-    for operand in op.operands:
-        offsets = [0] * op.result.type.rank
-        offsets[dimension] = offset
-        b.copy_into(b.operand(operand), target, offsets)
-        offset += operand.type.shape[dimension]
-        if operand.type.size:
-            written.append(b.read(target.name))  # the access node the copy wrote
-    # every piece into ONE access node, so that readers of the result depend on all
-    for node in written[:-1]:
-        if node is not written[-1]:
-            for edge in b.state.in_edges(node):
-                b.state.add_edge(edge.src, edge.src_conn, written[-1], edge.dst_conn,
-                                 edge.data)
-            b.state.remove_node(node)
-    b.bind(op.result, target)
+    parts = tuple(b.operand(v) for v in op.operands if v.type.size)
+    pieces = Pieces(parts, dimension, op.result.type)
+    if op.result.name in b.scope.destinations or op.result.type.size == 0:
+        target = b.result_array(op.result)
+        b.write_pieces(pieces, target)
+        b.bind(op.result, target)
+        return
+    b.bind(op.result, pieces)
 
 
 @register("stablehlo.pad")
