@@ -1,6 +1,14 @@
 """IR -> SDFG. Importing this package registers every op family with the registry."""
 
-from . import control, elementwise, indexing, linalg, reduction, shape  # noqa: F401  (registration)
+from . import (  # noqa: F401  (registration)
+    control,
+    elementwise,
+    indexing,
+    linalg,
+    reduction,
+    shape,
+    sorting,
+)
 from .builder import Builder
 from .registry import supported_ops
 

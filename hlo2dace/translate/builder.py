@@ -490,6 +490,41 @@ class Builder:
                             {"__dst": dace.Memlet(f"{target.name}[{full}]", dynamic=True)},
                             work_per_element)
 
+    def pointer_map(self, label: str, shape: Sequence[int], inputs: dict[str, Array],
+                    outputs: dict[str, Array], code: str, work_per_element: int) -> None:
+        """One tasklet in a map over ``shape`` (alone for no dimensions) that sees every
+        array whole through a pointer connector, one-element arrays included, and may
+        write any element of its ``outputs`` (scatters, sorts)."""
+
+        def memlet(array: Array, dynamic: bool = False) -> dace.Memlet:
+            full = ", ".join(f"0:{n}" for n in dace_shape(array.type))
+            return dace.Memlet(f"{array.name}[{full}]", dynamic=dynamic)
+
+        in_memlets = {conn: memlet(array) for conn, array in inputs.items()}
+        out_memlets = {conn: memlet(array, dynamic=True) for conn, array in outputs.items()}
+        input_nodes = {a.name: self.read(a.name) for a in inputs.values()}
+        output_nodes = {a.name: self.write(a.name) for a in outputs.values()}
+        if shape:
+            ranges = {p: f"0:{n}" for p, n in zip(map_params(len(shape)), shape)}
+            tasklet, _, _ = self.state.add_mapped_tasklet(
+                self.fresh(label), ranges, in_memlets, code, out_memlets,
+                language=dace.Language.CPP, external_edges=True, input_nodes=input_nodes,
+                output_nodes=output_nodes, schedule=schedule_for(shape, work_per_element),
+                debuginfo=self.debuginfo())
+        else:
+            tasklet = self.state.add_tasklet(self.fresh(label), dict.fromkeys(inputs),
+                                             dict.fromkeys(outputs), code,
+                                             language=dace.Language.CPP,
+                                             debuginfo=self.debuginfo())
+            for conn, m in in_memlets.items():
+                self.state.add_edge(input_nodes[m.data], None, tasklet, conn, m)
+            for conn, m in out_memlets.items():
+                self.state.add_edge(tasklet, conn, output_nodes[m.data], None, m)
+        for connectors, arrays in ((tasklet.in_connectors, inputs),
+                                   (tasklet.out_connectors, outputs)):
+            for conn, array in arrays.items():
+                connectors[conn] = dace.pointer(dtypes.of(array.type).storage)
+
     def _whole_array_inputs(self, arrays: dict[str, Array],
                             scalars: dict[str, Union[Array, Literal]]) -> tuple[dict, list]:
         """Memlets and C++ prelude giving a tasklet ``arrays`` as pointers and 0-d

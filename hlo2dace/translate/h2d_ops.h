@@ -4,12 +4,15 @@
 // goes through unsigned types so overflow wraps instead of being undefined behaviour;
 // division, remainder and shifts give XLA's results for every input; complex functions
 // follow XLA's own expansions (namespace cx).
+#include <algorithm>
 #include <cmath>
 #include <complex>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <tuple>
 #include <type_traits>
+#include <vector>
 
 #if defined(__SSE__)
 #include <xmmintrin.h>

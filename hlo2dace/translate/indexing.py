@@ -24,7 +24,6 @@ from .builder import (
     Builder,
     Literal,
     View,
-    dace_shape,
     flat_index,
     map_params,
     schedule_for,
@@ -189,41 +188,6 @@ def _plan(op: ir.Op, numbers: dict, window_of: dict[int, int],
     return batching, -(-window // (window // CHUNK))
 
 
-def _pointer_map(b: Builder, label: str, shape: Sequence[int], inputs: dict[str, Array],
-                 outputs: dict[str, Array], code: str, work_per_element: int) -> None:
-    """One tasklet in a map over ``shape`` (alone for no dimensions) that sees every array
-    whole through a pointer connector, one-element arrays included, and may write any
-    element of its ``outputs``."""
-
-    def memlet(array: Array, dynamic: bool = False) -> dace.Memlet:
-        full = ", ".join(f"0:{n}" for n in dace_shape(array.type))
-        return dace.Memlet(f"{array.name}[{full}]", dynamic=dynamic)
-
-    in_memlets = {conn: memlet(array) for conn, array in inputs.items()}
-    out_memlets = {conn: memlet(array, dynamic=True) for conn, array in outputs.items()}
-    input_nodes = {a.name: b.read(a.name) for a in inputs.values()}
-    output_nodes = {a.name: b.write(a.name) for a in outputs.values()}
-    if shape:
-        ranges = {p: f"0:{n}" for p, n in zip(map_params(len(shape)), shape)}
-        tasklet, _, _ = b.state.add_mapped_tasklet(
-            b.fresh(label), ranges, in_memlets, code, out_memlets,
-            language=dace.Language.CPP, external_edges=True, input_nodes=input_nodes,
-            output_nodes=output_nodes, schedule=schedule_for(shape, work_per_element),
-            debuginfo=b.debuginfo())
-    else:
-        tasklet = b.state.add_tasklet(b.fresh(label), dict.fromkeys(inputs),
-                                      dict.fromkeys(outputs), code,
-                                      language=dace.Language.CPP, debuginfo=b.debuginfo())
-        for conn, m in in_memlets.items():
-            b.state.add_edge(input_nodes[m.data], None, tasklet, conn, m)
-        for conn, m in out_memlets.items():
-            b.state.add_edge(tasklet, conn, output_nodes[m.data], None, m)
-    for connectors, arrays in ((tasklet.in_connectors, inputs),
-                               (tasklet.out_connectors, outputs)):
-        for conn, array in arrays.items():
-            connectors[conn] = dace.pointer(dtypes.of(array.type).storage)
-
-
 @register("stablehlo.scatter")
 def scatter(b: Builder, op: ir.Op) -> None:
     n = (len(op.operands) - 1) // 2
@@ -345,5 +309,5 @@ def scatter(b: Builder, op: ir.Op) -> None:
     # the results as inputs too: the updates come after the copies of the operands
     ordering = {f"__prev{k}": target for k, target in enumerate(targets)}
     work = updates[0].type.size // max(1, int(np.prod(map_shape, dtype=np.int64)))
-    _pointer_map(b, "scatter", map_shape, {**arrays, **ordering}, outputs, "\n".join(lines),
+    b.pointer_map("scatter", map_shape, {**arrays, **ordering}, outputs, "\n".join(lines),
                  work)
