@@ -1,11 +1,13 @@
 # `make demo` and `make test` set everything up on a fresh machine: the virtual environment
-# with the pinned versions, and Debian's OpenBLAS where apt-get can install it.
+# with the pinned versions, and Debian's OpenBLAS, LAPACKE and FFTW where apt-get can
+# install them.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_WORKERS ?= 2
 
-.PHONY: demo test lint docs bench blas clean
+.PHONY: demo test lint docs bench libs clean
+NATIVE_PACKAGES := libopenblas-dev liblapacke-dev libfftw3-dev
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -13,29 +15,30 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[test]'
 	touch $(STAMP)
 
-# Optional: BLAS nodes use OpenBLAS when it is installed, DaCe's pure code otherwise.
-blas:
-	@if ! dpkg -s libopenblas-dev liblapacke-dev >/dev/null 2>&1; then \
+# Products use OpenBLAS, linear algebra LAPACK, FFTs FFTW; without them products are loop
+# nests and linear algebra and FFTs raise UnsupportedError naming the missing package.
+libs:
+	@if ! dpkg -s $(NATIVE_PACKAGES) >/dev/null 2>&1; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-	      libopenblas-dev liblapacke-dev >/dev/null) \
-	    || echo "warning: could not install OpenBLAS; products use DaCe's pure BLAS"; \
-	  else echo "note: OpenBLAS not installed; products use DaCe's pure BLAS"; fi; \
+	      $(NATIVE_PACKAGES) >/dev/null) \
+	    || echo "warning: could not install $(NATIVE_PACKAGES)"; \
+	  else echo "note: not all of $(NATIVE_PACKAGES) are installed"; fi; \
 	fi
 
-demo: $(STAMP) blas
+demo: $(STAMP) libs
 	$(PY) -m hlo2dace.demo
 
 lint: $(STAMP)
 	$(PY) -m ruff check hlo2dace tests bench
 
-test: $(STAMP) blas lint
+test: $(STAMP) libs lint
 	$(PY) -m pytest -n $(PYTEST_WORKERS) -q
 
 docs: $(STAMP)
 	$(PY) -m hlo2dace.coverage docs/ops.md
 
-bench: $(STAMP) blas
+bench: $(STAMP) libs
 	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) bench/run.py
 
