@@ -2,8 +2,11 @@
 
 from . import (  # noqa: F401  (registration)
     control,
+    convolution,
+    custom_call,
     elementwise,
     indexing,
+    lapack,
     linalg,
     reduction,
     shape,

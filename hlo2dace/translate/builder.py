@@ -262,6 +262,12 @@ class Builder:
         self.result_names: list[str] = []
         self.current_op: ir.Op | None = None
 
+    def include_once(self, code: str) -> None:
+        """Add C++ ``code`` to the program's global code unless it is there already: the
+        helpers of op families that only some programs use (LAPACK, FFTW, random bits)."""
+        if code not in self.sdfg.global_code["frame"].as_string:
+            self.sdfg.append_global_code(code)
+
     @staticmethod
     def _fp_mode_tasklet(state: dace.SDFGState, code: str) -> None:
         """Switch the caller's floating-point mode, as XLA does around its CPU code."""
@@ -491,10 +497,12 @@ class Builder:
                             work_per_element)
 
     def pointer_map(self, label: str, shape: Sequence[int], inputs: dict[str, Array],
-                    outputs: dict[str, Array], code: str, work_per_element: int) -> None:
+                    outputs: dict[str, Array], code: str, work_per_element: int = 1,
+                    environments: Sequence[str] = ()) -> None:
         """One tasklet in a map over ``shape`` (alone for no dimensions) that sees every
         array whole through a pointer connector, one-element arrays included, and may
-        write any element of its ``outputs`` (scatters, sorts)."""
+        write any element of its ``outputs`` (scatters, sorts, calls of native libraries,
+        which name the DaCe ``environments`` that link them)."""
 
         def memlet(array: Array, dynamic: bool = False) -> dace.Memlet:
             full = ", ".join(f"0:{n}" for n in dace_shape(array.type))
@@ -524,6 +532,7 @@ class Builder:
                                    (tasklet.out_connectors, outputs)):
             for conn, array in arrays.items():
                 connectors[conn] = dace.pointer(dtypes.of(array.type).storage)
+        tasklet.environments = set(environments)
 
     def _whole_array_inputs(self, arrays: dict[str, Array],
                             scalars: dict[str, Union[Array, Literal]]) -> tuple[dict, list]:

@@ -77,7 +77,7 @@ _FLOAT_FORMATS = {"f16": (16, 11), "bf16": (128, 8), "f32": (128, 24), "f64": (1
 _BITS = {"i1": 1, "f16": 16, "bf16": 16, "f32": 32, "f64": 64}
 
 
-def _precision_key(element: ElementType) -> tuple:
+def precision_key(element: ElementType) -> tuple:
     """XLA's order of precision (primitive_util::HigherPrecisionType): complex over real,
     then a float's range and significand, then bit width, then signed over unsigned."""
     component = {"complex<f32>": "f32", "complex<f64>": "f64"}.get(element.element,
@@ -88,24 +88,24 @@ def _precision_key(element: ElementType) -> tuple:
             element.is_integer and not element.is_unsigned)
 
 
-def _compute_type(lhs: ElementType, rhs: ElementType, result: ElementType) -> ElementType:
+def compute_type(lhs: ElementType, rhs: ElementType, result: ElementType) -> ElementType:
     """The element type the product is computed in, as XLA's CPU backend chooses it."""
-    compute = max(lhs, rhs, key=_precision_key)
-    return result if _precision_key(result) > _precision_key(compute) else compute
+    compute = max(lhs, rhs, key=precision_key)
+    return result if precision_key(result) > precision_key(compute) else compute
 
 
-def _converted(expression: str, source: ElementType, to: ElementType) -> str:
+def converted(expression: str, source: ElementType, to: ElementType) -> str:
     """C++ for a value read from an array of ``source`` as a computed value of ``to``."""
     value = source.load(expression)
-    if _precision_key(source) == _precision_key(to):
+    if precision_key(source) == precision_key(to):
         return value
     return to.fit(f"h2d::convert<{to.compute}>({value})")
 
 
-def _stored(value: str, compute: ElementType, result: ElementType) -> str:
+def stored(value: str, compute: ElementType, result: ElementType) -> str:
     """C++ for a computed value of ``compute`` as the result array holds it (rounded or
     wrapped once, to the result's precision)."""
-    if _precision_key(compute) != _precision_key(result):
+    if precision_key(compute) != precision_key(result):
         value = f"h2d::convert<{result.compute}>({value})"
     return result.store(result.fit(value))
 
@@ -114,7 +114,7 @@ def _stored(value: str, compute: ElementType, result: ElementType) -> str:
 
 
 @dataclass(frozen=True)
-class _Operand:
+class Operand:
     """An operand as the product reads it: its element ``(i_0, i_1, ...)`` is
     ``array[offset + sum(strides[d] * i_d)]`` (flat), in ``array``'s element type."""
 
@@ -136,7 +136,7 @@ class _Operand:
         return True, (self.strides[dims[-1]] if dims else None)
 
 
-def _row_major(shape: Sequence[int]) -> list[int]:
+def row_major(shape: Sequence[int]) -> list[int]:
     strides, stride = [], 1
     for n in reversed(list(shape)):
         strides.append(stride)
@@ -144,22 +144,22 @@ def _row_major(shape: Sequence[int]) -> list[int]:
     return strides[::-1]
 
 
-def _in_place(binding: Union[Array, Literal, View]) -> _Operand | None:
+def strided_operand(binding: Union[Array, Literal, View]) -> Operand | None:
     """The operand read where it lies: an array, or a view of one (any affine
     re-indexing: transpose, slice, reverse, broadcast); None for a literal."""
     if isinstance(binding, Array):
-        return _Operand(binding, 0, tuple(_row_major(binding.type.shape)))
+        return Operand(binding, 0, tuple(row_major(binding.type.shape)))
     if isinstance(binding, View):
         offset, strides = 0, [0] * binding.type.rank
-        for stride, axis in zip(_row_major(dace_shape(binding.source.type)), binding.axes):
+        for stride, axis in zip(row_major(dace_shape(binding.source.type)), binding.axes):
             offset += stride * axis.offset
             if axis.dim is not None:
                 strides[axis.dim] += stride * axis.stride
-        return _Operand(binding.source, offset, tuple(strides))
+        return Operand(binding.source, offset, tuple(strides))
     return None
 
 
-def _read(binding: Union[Array, Literal, View], positions: Sequence[str]) -> tuple[str, str]:
+def read_at(binding: Union[Array, Literal, View], positions: Sequence[str]) -> tuple[str, str]:
     """The data and subset of a memlet reading ``binding`` at logical ``positions``."""
     if isinstance(binding, View):
         subset = [str(axis.offset) if axis.dim is None else
@@ -169,7 +169,7 @@ def _read(binding: Union[Array, Literal, View], positions: Sequence[str]) -> tup
 
 
 def _copy(b: Builder, value: ir.Value, order: Sequence[int],
-          convert: tuple[ElementType, ElementType] | None) -> _Operand:
+          convert: tuple[ElementType, ElementType] | None) -> Operand:
     """One map that copies ``value`` into a new array with its dimensions in ``order``;
     ``convert`` (compute, storage): its elements converted as the product converts them
     and stored as ``storage``, else copied as they are."""
@@ -185,17 +185,17 @@ def _copy(b: Builder, value: ir.Value, order: Sequence[int],
     if isinstance(binding, Literal):
         read = literal(binding.value, source, storage=True)
     else:
-        data, subset = _read(binding, positions)
+        data, subset = read_at(binding, positions)
         inputs["__in"] = dace.Memlet(f"{data}[{subset}]")
         read = "__in"
     if convert:
-        read = storage.store(_converted(read, source, convert[0]))
+        read = storage.store(converted(read, source, convert[0]))
     _sequential_map(b, "dot_operand", t, inputs, f"__out = {read};",
                     {"__out": dace.Memlet(f"{copy.name}[{', '.join(params) or '0'}]")})
     strides = [0] * len(shape)
-    for d, stride in zip(order, _row_major(t.shape)):
+    for d, stride in zip(order, row_major(t.shape)):
         strides[d] = stride
-    return _Operand(copy, 0, tuple(strides))
+    return Operand(copy, 0, tuple(strides))
 
 
 def _sequential_map(b: Builder, label: str, t: ir.TensorType, inputs: dict, code: str,
@@ -264,7 +264,7 @@ class _Product:
             where[d] = param
         return where
 
-    def groups(self, side: int, operand: _Operand, order) -> tuple[bool, int | None, int | None]:
+    def groups(self, side: int, operand: Operand, order) -> tuple[bool, int | None, int | None]:
         """Whether the operand's free and contracting groups (the latter in ``order``, a
         sequence of pairs of ``contract``) are single-strided, and their strides."""
         shape = self.shapes[side]
@@ -272,7 +272,7 @@ class _Product:
         ok_k, k_stride = operand.group(shape, [pair[side] for pair in order])
         return ok_free and ok_k, free_stride, k_stride
 
-    def offsets(self, operands: Sequence[_Operand], indices: Sequence[str]) -> list[str]:
+    def offsets(self, operands: Sequence[Operand], indices: Sequence[str]) -> list[str]:
         """C++ offsets of the operands' and the result's matrices at the batch ``indices``."""
         out = []
         for side, operand in enumerate(operands):
@@ -280,7 +280,7 @@ class _Product:
                 f"{operand.strides[pair[side]]}LL * {index}"
                 for pair, index in zip(self.batch, indices)]))
         # the result's batch dimensions lead, in the order of the pairs
-        strides = _row_major(self.result_shape)
+        strides = row_major(self.result_shape)
         out.append(" + ".join(["0LL"] + [f"{strides[pair[2]]}LL * {index}"
                                          for pair, index in zip(self.batch, indices)]))
         return out
@@ -299,7 +299,7 @@ def dot_general(b: Builder, op: ir.Op) -> None:
                             "dimensions")
     lhs_element, rhs_element, result = (dtypes.of(v.type, op.name, op.location)
                                         for v in (lhs, rhs, op.result))
-    compute = _compute_type(lhs_element, rhs_element, result)
+    compute = compute_type(lhs_element, rhs_element, result)
     if result.narrow_bits and not compute.is_integer:
         raise b.unsupported(f"a {compute.element} product converted to {result.element}",
                             ["integer results of integer products"])
@@ -337,11 +337,11 @@ def _outer_product(b: Builder, op: ir.Op, product: _Product, compute: ElementTyp
         if isinstance(binding, Literal):
             read = literal(binding.value, element, storage=True)
         else:
-            data, subset = _read(binding, product.result_positions(side, params))
+            data, subset = read_at(binding, product.result_positions(side, params))
             inputs[f"__in{side}"] = dace.Memlet(f"{data}[{subset}]")
             read = f"__in{side}"
-        args.append(_converted(read, element, compute))
-    value = _stored(compute.fit(f"h2d::mul({args[0]}, {args[1]})"), compute,
+        args.append(converted(read, element, compute))
+    value = stored(compute.fit(f"h2d::mul({args[0]}, {args[1]})"), compute,
                     dtypes.of(op.result.type))
     b.mapped_tasklet("outer_product", op.result.type, inputs, f"__out = {value};",
                      {"__out": dace.Memlet(f"{target.name}[{', '.join(params) or '0'}]")})
@@ -349,14 +349,14 @@ def _outer_product(b: Builder, op: ir.Op, product: _Product, compute: ElementTyp
 
 def _arrange(b: Builder, op: ir.Op, product: _Product, fits,
              convert: tuple[ElementType, ElementType] | None
-             ) -> tuple[tuple[_Operand, _Operand], tuple]:
+             ) -> tuple[tuple[Operand, Operand], tuple]:
     """Both operands, and the order of the contracting pairs: each read in place where
     ``fits(side, operand, order)`` accepts it (and it holds ``convert``'s storage type),
     else copied once into the layout batch x free x K (lhs) or batch x K x free (rhs)."""
-    in_place = [_in_place(b.operand(v)) for v in op.operands]
+    in_place = [strided_operand(b.operand(v)) for v in op.operands]
     for side, operand in enumerate(in_place):
         if (operand is not None and convert is not None
-                and _precision_key(operand.element) != _precision_key(convert[1])):
+                and precision_key(operand.element) != precision_key(convert[1])):
             in_place[side] = None
     orders = [product.contract]
     for side, operand in enumerate(in_place):  # the one order that makes its K one stride
@@ -382,34 +382,6 @@ def _arrange(b: Builder, op: ir.Op, product: _Product, fits,
         layout += [d for d in range(value.type.rank) if d not in layout]  # unit dims
         operands.append(_copy(b, value, layout, convert))
     return (operands[0], operands[1]), order
-
-
-def _tasklet(b: Builder, label: str, operands: Sequence[_Operand], target: Array, code: str,
-             environments: Sequence[str] = ()) -> None:
-    """One tasklet (no map) that reads the operands' arrays as pointers ``__a``, ``__b``
-    and writes the result through the pointer ``__c``."""
-    state = b.state
-    prelude, inputs = [], {}
-    for conn, operand in zip(("__a", "__b"), operands):
-        array = operand.array
-        name = conn if array.type.size > 1 else f"{conn}_value"
-        if name != conn:  # DaCe passes a one-element subset by value
-            prelude.append(f"const auto* {conn} = &{name};")
-        inputs[name] = array
-    output = "__c" if target.type.size > 1 else "__c_value"
-    if output != "__c":
-        prelude.append("auto* __c = &__c_value;")
-    tasklet = state.add_tasklet(b.fresh(label), dict.fromkeys(inputs), {output: None},
-                                "\n".join(prelude + [code]), language=dace.Language.CPP,
-                                debuginfo=b.debuginfo())
-    tasklet.environments = set(environments)
-    for conn, array in inputs.items():
-        state.add_edge(b.read(array.name), None, tasklet, conn, _memlet(array))
-    state.add_edge(tasklet, output, b.write(target.name), None, _memlet(target))
-
-
-def _memlet(array: Array) -> dace.Memlet:
-    return dace.Memlet(f"{array.name}[{', '.join(f'0:{n}' for n in dace_shape(array.type))}]")
 
 
 # -------------------------------------------------------------------------- BLAS
@@ -463,7 +435,7 @@ def _blas_product(b: Builder, op: ir.Op, product: _Product,
     _, a_free, a_k = product.groups(0, a, order)
     _, x_free, x_k = product.groups(1, x, order)
     result = dtypes.of(op.result.type)
-    direct = _precision_key(accumulate) == _precision_key(result)
+    direct = precision_key(accumulate) == precision_key(result)
     out = target if direct else b.add_array(
         "dot_sum", ir.TensorType(tuple(op.result.type.shape), accumulate.element))
     prefix = BLAS_TYPES[accumulate.element]
@@ -500,12 +472,13 @@ def _blas_product(b: Builder, op: ir.Op, product: _Product,
         lines.append(f"cblas_{prefix}gemm(CblasRowMajor, {_trans(trans_a)}, {_trans(trans_b)}, "
                      f"{m}, {n}, {k}, {alpha}, {pa}, {lda}, {px}, {ldb}, {beta}, {pc}, {n});")
     lines.append("}" * len(indices))
-    _tasklet(b, "blas", (a, x), out, "\n".join(lines), [OpenBLAS.full_class_path()])
+    b.pointer_map("blas", (), {"__a": a.array, "__b": x.array}, {"__c": out},
+                  "\n".join(lines), environments=[OpenBLAS.full_class_path()])
     if not direct:
         subset = ", ".join(map_params(op.result.type.rank)) or "0"
         _sequential_map(b, "dot_result", op.result.type,
                         {"__in": dace.Memlet(f"{out.name}[{subset}]")},
-                        f"__out = {_stored('__in', accumulate, result)};",
+                        f"__out = {stored('__in', accumulate, result)};",
                         {"__out": dace.Memlet(f"{target.name}[{subset}]")})
 
 
@@ -539,7 +512,7 @@ def _loop_product(b: Builder, op: ir.Op, product: _Product, compute: ElementType
         lines.append(f"const int64_t {index} = __t % {size}LL; __t /= {size}LL;")
     pa, px, pc = product.offsets((a, x), indices)
     zero = literal(compute.numpy.type(0), compute)
-    load_a = _converted(f"__pa[__k * {a_k}LL]", a.element, compute)
+    load_a = converted(f"__pa[__k * {a_k}LL]", a.element, compute)
     lines += [f"const int64_t __m = __r % {m}LL;",
               f"const auto* __pa = __a + ({pa} + {a_free}LL * __m);",
               f"const auto* __pb = __b + ({px});",
@@ -548,7 +521,7 @@ def _loop_product(b: Builder, op: ir.Op, product: _Product, compute: ElementType
         width = 4 if compute.is_stored_as_bits else compute.numpy.itemsize
         block = max(1, REGISTER_BLOCK_BYTES // width)
         step = (f"__acc[__j] = h2d::add(__acc[__j], h2d::mul(__x, "
-                f"{_converted('__row[__j]', x.element, compute)}));")
+                f"{converted('__row[__j]', x.element, compute)}));")
         lines += [
             f"for (int64_t __n0 = 0; __n0 < {n}LL; __n0 += {block}) {{",
             "h2d::scalar_loop();",
@@ -563,10 +536,10 @@ def _loop_product(b: Builder, op: ir.Op, product: _Product, compute: ElementType
             f"else {{ for (int64_t __j = 0; __j < __nb; ++__j) {step} }}",
             "}",
             "for (int64_t __j = 0; __j < __nb; ++__j) "
-            f"__pc[__n0 + __j] = {_stored('__acc[__j]', compute, result)};",
+            f"__pc[__n0 + __j] = {stored('__acc[__j]', compute, result)};",
             "}"]
     else:  # one register sum per element, K innermost
-        load_x = _converted(f"__col[__k * {x_k}LL]", x.element, compute)
+        load_x = converted(f"__col[__k * {x_k}LL]", x.element, compute)
         lines += [
             f"for (int64_t __n = 0; __n < {n}LL; ++__n) {{",
             "h2d::scalar_loop();",
@@ -574,7 +547,8 @@ def _loop_product(b: Builder, op: ir.Op, product: _Product, compute: ElementType
             f"{compute.compute} __acc = {zero};",
             f"for (int64_t __k = 0; __k < {k}LL; ++__k) "
             f"__acc = h2d::add(__acc, h2d::mul({load_a}, {load_x}));",
-            f"__pc[__n] = {_stored('__acc', compute, result)};",
+            f"__pc[__n] = {stored('__acc', compute, result)};",
             "}"]
     lines.append("}")
-    _tasklet(b, "dot_loops", (a, x), target, "\n".join(lines))
+    b.pointer_map("dot_loops", (), {"__a": a.array, "__b": x.array}, {"__c": target},
+                  "\n".join(lines))

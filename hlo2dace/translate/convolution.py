@@ -1,0 +1,578 @@
+"""Convolutions: ``stablehlo.convolution`` with any dimension numbers (NHWC, NCHW, HWIO,
+OIHW or any other permutation), any number of spatial dimensions, window strides,
+padding (negative too), lhs dilation (transposed convolutions), rhs dilation (atrous),
+window reversal, and feature or batch groups.
+
+A result element at batch ``n``, feature ``o`` and spatial position ``p`` sums
+``lhs[n', g * Ci + c, q] * kernel[k, c, o]`` over the kernel's positions ``k`` and input
+features ``c``, where ``q = p * stride + k' * rhs_dilation - low`` indexes the lhs padded
+with zeros and dilated by ``lhs_dilation - 1`` zeros between elements (``k'`` is ``k``
+reversed where ``window_reversal`` says), ``g = o / (O / groups)`` is the group and ``n'``
+is ``n`` (feature groups) or ``g * (N / groups) + n`` (batch groups). Padding and dilation
+holes contribute ``0 * kernel``, as the spec says: an infinite kernel element over padding
+gives NaN. XLA's CPU code does the same for padding of f32/f16 convolutions without lhs
+dilation (Eigen's packing) and skips those positions otherwise (its naive loop nest).
+
+Element types follow dot_general (linalg.py): the operands are upcast to the more precise
+of the operand and result types (int8 x int8 -> int32); f16/bf16 accumulate in f32 and
+round once, as XLA's CPU backend does (it converts them into f32 convolutions).
+``precision_config`` changes nothing on the CPU and is ignored.
+
+* f32/f64/complex (and f16/bf16 or mixed types, converted) with OpenBLAS: im2col. Per
+  group, chunks of result rows (batch x output positions, in the result's layout order)
+  are packed into a patch matrix (rows x kernel taps x input features, zeros where a tap
+  meets padding), read from the lhs in place: one ``memcpy`` per tap of contiguous
+  features (NHWC), or per row of taps when those lie side by side too, else a gathering
+  loop that converts (NCHW, f16). One ``cblas_?gemm`` multiplies it by the kernel, packed
+  once per call as (taps x input features) x output features, straight into the result
+  when its rows or its features are single-strided, else into a scratch block scattered
+  (and rounded, for f16/bf16) into it. Chunks are tasks that OpenMP threads share, each
+  calling a one-thread GEMM on a patch matrix that stays in cache (measured: this beats
+  one OpenBLAS-threaded GEMM after another, on a loaded machine by far); a kernel deeper
+  than ``MAX_DEPTH`` (a weight gradient's) is cut into slabs whose GEMMs add up.
+* Integers, booleans, groups of very few features (depthwise: a GEMM with one column),
+  convolutions too small for a BLAS call to pay off, and everything without OpenBLAS:
+  one map over the result, each element a loop nest over the window and the input
+  features, operands read in place through their strides.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from typing import Sequence
+
+import dace
+import numpy as np
+
+from .. import ir
+from . import dtypes
+from .builder import Array, Builder, Literal, map_params
+from .dtypes import ElementType
+from .linalg import (
+    BLAS_INT_MAX,
+    BLAS_TYPES,
+    SMALL_PRODUCT,
+    Operand,
+    blas_implementation,
+    compute_type,
+    converted,
+    precision_key,
+    read_at,
+    row_major,
+    stored,
+    strided_operand,
+)
+from .literals import literal
+from .registry import register
+
+#: elements of the patch matrix one GEMM multiplies (the rows of a chunk times the kernel's
+#: depth): large enough for OpenBLAS to run at full speed, small enough to stay in cache
+PATCH_ELEMENTS = 1 << 17
+#: products per result element one GEMM sums at most: deeper kernels (weight gradients) are
+#: cut into slabs
+MAX_DEPTH = 8192
+#: rows per GEMM at least (a deep kernel makes the patch matrix larger instead)
+MIN_ROWS = 64
+#: groups with fewer input times output features than this (depthwise convolutions) are
+#: the loop nest: GEMMs with so few columns and so short rows run far below peak
+NARROW_GROUPS = 16
+#: threads that pack and multiply chunks at the same time (fewer if the machine has fewer)
+PARALLEL_TASKS = os.cpu_count() or 1
+
+
+@dataclass(frozen=True)
+class _Convolution:
+    """The dimension numbers, window and groups of a convolution, and the sizes they imply.
+    Spatial tuples are in the order of the dimension numbers' spatial lists."""
+
+    lhs_shape: tuple[int, ...]
+    kernel_shape: tuple[int, ...]
+    out_shape: tuple[int, ...]
+    lhs_batch: int
+    lhs_feature: int
+    lhs_spatial: tuple[int, ...]
+    kernel_in: int
+    kernel_out: int
+    kernel_spatial: tuple[int, ...]
+    out_batch: int
+    out_feature: int
+    out_spatial: tuple[int, ...]
+    strides: tuple[int, ...]
+    low: tuple[int, ...]
+    lhs_dilation: tuple[int, ...]
+    rhs_dilation: tuple[int, ...]
+    reversal: tuple[bool, ...]
+    feature_groups: int
+    batch_groups: int
+
+    @classmethod
+    def of(cls, op: ir.Op, padding: object = None) -> _Convolution:
+        """``padding``: the (rank, 2) padding array, if not the op's attribute."""
+        numbers = op.attr("dimension_numbers").fields
+        lhs, kernel = op.operands[:2]
+        rank = len(numbers["input_spatial_dimensions"])
+
+        def ints(name, default):
+            value = op.attr(name)
+            if value is None:
+                return (default,) * rank
+            if isinstance(value, ir.DenseElements):
+                value = value.array.reshape(-1)
+            return tuple(type(default)(v) for v in value)
+
+        if padding is None and op.attr("padding") is not None:
+            padding = op.attr("padding").array
+        low = (tuple(int(p) for p in np.reshape(padding, (rank, 2))[:, 0])
+               if padding is not None else (0,) * rank)
+        return cls(
+            tuple(lhs.type.shape), tuple(kernel.type.shape), tuple(op.result.type.shape),
+            int(numbers["input_batch_dimension"]), int(numbers["input_feature_dimension"]),
+            tuple(int(d) for d in numbers["input_spatial_dimensions"]),
+            int(numbers["kernel_input_feature_dimension"]),
+            int(numbers["kernel_output_feature_dimension"]),
+            tuple(int(d) for d in numbers["kernel_spatial_dimensions"]),
+            int(numbers["output_batch_dimension"]), int(numbers["output_feature_dimension"]),
+            tuple(int(d) for d in numbers["output_spatial_dimensions"]),
+            ints("window_strides", 1), low, ints("lhs_dilation", 1), ints("rhs_dilation", 1),
+            ints("window_reversal", False), int(op.attr("feature_group_count", 1)),
+            int(op.attr("batch_group_count", 1)))
+
+    @property
+    def rank(self) -> int:
+        return len(self.lhs_spatial)
+
+    @property
+    def window(self) -> tuple[int, ...]:
+        return tuple(self.kernel_shape[d] for d in self.kernel_spatial)
+
+    @property
+    def groups(self) -> int:
+        return max(self.feature_groups, self.batch_groups)
+
+    @property
+    def group_in(self) -> int:
+        """Input features per group (the kernel's input feature dimension)."""
+        return self.kernel_shape[self.kernel_in]
+
+    @property
+    def group_out(self) -> int:
+        return self.kernel_shape[self.kernel_out] // self.groups
+
+    @property
+    def depth(self) -> int:
+        """Products summed into one result element."""
+        return math.prod(self.window) * self.group_in
+
+    @property
+    def rows(self) -> int:
+        """Result rows: batch times output positions."""
+        return self.out_shape[self.out_batch] * math.prod(self.out_shape[d]
+                                                          for d in self.out_spatial)
+
+    def row_dims(self) -> list[tuple[str, int, int]]:
+        """The result's row dimensions, batch and spatial, in the order the result lays them
+        out (so that rows are single-strided wherever its layout allows): (C++ name, size,
+        dimension)."""
+        dims = [("__n", self.out_batch)] + [(f"__p{d}", dim)
+                                            for d, dim in enumerate(self.out_spatial)]
+        return [(name, self.out_shape[dim], dim) for name, dim in sorted(dims, key=lambda n: n[1])]
+
+    def lhs_group_stride(self, lhs: Operand) -> int:
+        """How far the lhs moves from one group to the next."""
+        if self.batch_groups > 1:
+            return self.out_shape[self.out_batch] * lhs.strides[self.lhs_batch]
+        return self.group_in * lhs.strides[self.lhs_feature] if self.feature_groups > 1 else 0
+
+    def position(self, d: int, out: str, tap: str) -> str:
+        """C++ for where tap ``tap`` of spatial dimension ``d`` of the window at output
+        position ``out`` falls in the padded, dilated lhs."""
+        if self.reversal[d]:
+            tap = f"({self.window[d] - 1} - {tap})"
+        return (f"(int64_t){out} * {self.strides[d]}LL + {tap} * {self.rhs_dilation[d]}LL"
+                f" - ({self.low[d]}LL)")
+
+    def valid(self, d: int, q: str) -> str:
+        """C++: whether position ``q`` of spatial dimension ``d`` holds an lhs element (not
+        padding, not a dilation hole)."""
+        size, dilation = self.lhs_shape[self.lhs_spatial[d]], self.lhs_dilation[d]
+        if size == 0:
+            return "false"
+        test = f"{q} >= 0 && {q} <= {(size - 1) * dilation}LL"
+        return test if dilation == 1 else f"{test} && {q} % {dilation}LL == 0"
+
+    def lhs_offset(self, d: int, q: str, lhs: Operand) -> str:
+        """C++: the lhs offset of the valid position ``q`` of spatial dimension ``d``."""
+        index = q if self.lhs_dilation[d] == 1 else f"({q} / {self.lhs_dilation[d]}LL)"
+        return f"{index} * {lhs.strides[self.lhs_spatial[d]]}LL"
+
+
+@register("stablehlo.convolution")
+def convolution(b: Builder, op: ir.Op) -> None:
+    _translate(b, op, _Convolution.of(op))
+
+
+@register("stablehlo.dynamic_conv")
+def dynamic_conv(b: Builder, op: ir.Op) -> None:
+    """A convolution whose padding is its third operand: translated when that is a
+    constant, whose values are then known here."""
+    padding = b.operand(op.operands[2])
+    if isinstance(padding, Literal):
+        values = np.full(op.operands[2].type.shape, padding.value)
+    elif isinstance(padding, Array) and padding.name in b.constants:
+        values = b.constants[padding.name]
+    else:
+        raise b.unsupported("padding computed at run time", ["constant padding"])
+    _translate(b, op, _Convolution.of(op, values))
+
+
+def _translate(b: Builder, op: ir.Op, conv: _Convolution) -> None:
+    lhs, kernel = op.operands[:2]
+    lhs_element, kernel_element, result = (dtypes.of(v.type, op.name, op.location)
+                                           for v in (lhs, kernel, op.result))
+    compute = compute_type(lhs_element, kernel_element, result)
+    if result.narrow_bits and not compute.is_integer:
+        raise b.unsupported(f"a {compute.element} convolution converted to {result.element}",
+                            ["integer results of integer convolutions"])
+    if conv.feature_groups > 1 and conv.batch_groups > 1:
+        raise b.unsupported("both feature_group_count and batch_group_count above 1")
+    accumulate = dtypes.element_type("f32") if compute.is_stored_as_bits else compute
+    target = b.result_array(op.result)
+    b.bind(op.result, target)
+    if op.result.type.size == 0:
+        return
+    if conv.depth == 0 or lhs.type.size == 0:  # every window sums nothing (or only padding)
+        b.copy_into(Literal(result.numpy.type(0), op.result.type), target)
+        return
+    types = (compute, accumulate, result)
+    work = conv.rows * conv.group_out * conv.depth
+    if (accumulate.element in BLAS_TYPES and blas_implementation() == "OpenBLAS"
+            and max(conv.depth, conv.group_out, conv.rows) <= BLAS_INT_MAX
+            and conv.group_in * conv.group_out >= NARROW_GROUPS
+            and (accumulate.is_complex or work > SMALL_PRODUCT)):
+        _blas_convolution(b, op, conv, types, target)
+    else:
+        _loop_convolution(b, op, conv, types, target)
+
+
+# ---------------------------------------------------------------------- loop nest
+
+
+def _loop_convolution(b: Builder, op: ir.Op, conv: _Convolution,
+                      types: tuple[ElementType, ElementType, ElementType], target: Array
+                      ) -> None:
+    """One map over the result; per element, a loop nest over the window (outer) and the
+    input features (inner) with one register sum, both operands read in place."""
+    compute, accumulate, result = types
+    x, w = (strided_operand(b.operand(v)) or strided_operand(b.array(v)) for v in op.operands[:2])
+    params = map_params(len(conv.out_shape))
+    out_feature, out_batch = params[conv.out_feature], params[conv.out_batch]
+    zero = literal(accumulate.numpy.type(0), accumulate)
+    lines = [f"const int64_t __g = (int64_t){out_feature} / {conv.group_out}LL;",
+             f"const auto* __xb = __x + ({x.offset}LL + (int64_t){out_batch} * "
+             f"{x.strides[conv.lhs_batch]}LL + __g * {conv.lhs_group_stride(x)}LL);",
+             f"const auto* __wb = __w + ({w.offset}LL + (int64_t){out_feature} * "
+             f"{w.strides[conv.kernel_out]}LL);",
+             f"{accumulate.compute} __acc = {zero};"]
+    valid, x_terms = "true", [f"__c * {x.strides[conv.lhs_feature]}LL"]
+    w_terms = [f"__c * {w.strides[conv.kernel_in]}LL"]
+    for d, size in enumerate(conv.window):
+        lines += [f"for (int64_t __k{d} = 0; __k{d} < {size}LL; ++__k{d}) {{",
+                  "h2d::scalar_loop();",
+                  f"const int64_t __q{d} = "
+                  f"{conv.position(d, params[conv.out_spatial[d]], f'__k{d}')};",
+                  f"const bool __v{d} = {valid} && {conv.valid(d, f'__q{d}')};"]
+        valid = f"__v{d}"
+        x_terms.append(conv.lhs_offset(d, f"__q{d}", x))
+        w_terms.append(f"__k{d} * {w.strides[conv.kernel_spatial[d]]}LL")
+    load_x = converted(f"__xb[{' + '.join(x_terms)}]", x.element, compute)
+    load_w = converted(f"__wb[{' + '.join(w_terms)}]", w.element, compute)
+    lines += [f"for (int64_t __c = 0; __c < {conv.group_in}LL; ++__c) {{",
+              "h2d::scalar_loop();",
+              f"const {accumulate.compute} __xv = {valid} ? {load_x} : {zero};",
+              f"__acc = h2d::add(__acc, h2d::mul(__xv, {load_w}));",
+              "}" * (conv.rank + 1),
+              f"__out = {stored('__acc', accumulate, result)};"]
+    b.indexed_map("convolution", target, {"__x": x.array, "__w": w.array}, {},
+                  "\n".join(lines), conv.depth)
+
+
+# -------------------------------------------------------------------------- im2col
+
+
+def _pack_kernel(b: Builder, value: ir.Value, conv: _Convolution,
+                 convert: tuple[ElementType, ElementType]) -> Array:
+    """The kernel as ``groups`` matrices (window positions x input features) x output
+    features in the accumulation type (one map: large for a weight gradient, whose
+    "kernel" is the gradient of the result)."""
+    compute, accumulate = convert
+    shape = (conv.groups, *conv.window, conv.group_in, conv.group_out)
+    packed = b.add_array("kernel_packed", ir.TensorType(shape, accumulate.element))
+    params = map_params(len(shape))
+    positions = [""] * len(conv.kernel_shape)
+    for d, dim in enumerate(conv.kernel_spatial):
+        positions[dim] = params[1 + d]
+    positions[conv.kernel_in] = params[-2]
+    positions[conv.kernel_out] = f"({conv.group_out} * {params[0]} + {params[-1]})"
+    binding, source = b.operand(value), dtypes.of(value.type)
+    inputs = {}
+    if isinstance(binding, Literal):
+        read = literal(binding.value, source, storage=True)
+    else:
+        data, subset = read_at(binding, positions)
+        inputs["__in"] = dace.Memlet(f"{data}[{subset}]")
+        read = "__in"
+    b.mapped_tasklet("kernel_pack", packed.type, inputs,
+                     f"__out = {converted(read, source, compute)};",
+                     {"__out": dace.Memlet(f"{packed.name}[{', '.join(params)}]")})
+    return packed
+
+
+def _single_strided(dims: Sequence[tuple[int, int]]) -> tuple[int, int | None]:
+    """The longest tail of ``dims`` ((size, stride) pairs) that indexes like one dimension:
+    where it starts, and its stride (None if it holds one element)."""
+    start, stride, run = len(dims), None, 1
+    for j in reversed(range(len(dims))):
+        size, step = dims[j]
+        if size != 1:
+            if stride is None:
+                stride = step
+            elif step != stride * run:
+                break
+            run *= size
+        start = j
+    return start, stride
+
+
+def _decode(flat: str, dims: Sequence[tuple[str, int]]) -> list[str]:
+    """C++ that splits the row-major ``flat`` index over ``dims`` ((name, size) pairs)."""
+    if not dims:
+        return []
+    lines = [f"int64_t __t = {flat};"]
+    for name, size in reversed(dims[1:]):
+        lines.append(f"const int64_t {name} = __t % {size}LL; __t /= {size}LL;")
+    return lines + [f"const int64_t {dims[0][0]} = __t;"]
+
+
+def _blas_convolution(b: Builder, op: ir.Op, conv: _Convolution,
+                      types: tuple[ElementType, ElementType, ElementType], target: Array
+                      ) -> None:
+    """im2col: per group and chunk of result rows, pack the windows into a patch matrix
+    and multiply it by the packed kernel with one ``cblas_?gemm`` (see the module doc)."""
+    from dace.libraries.blas.environments.openblas import OpenBLAS
+
+    compute, accumulate, result = types
+    lhs_value, kernel_value = op.operands[:2]
+    x = strided_operand(b.operand(lhs_value)) or strided_operand(b.array(lhs_value))
+    packed = _pack_kernel(b, kernel_value, conv, (compute, accumulate))
+    depth, group_out, rows = conv.depth, conv.group_out, conv.rows
+    # A deep kernel (a weight gradient's) is cut into slabs of its first spatial dimension,
+    # whose products are summed by the GEMMs (beta = 1), so that patches stay small.
+    taps = conv.window[0] if conv.rank else 1
+    per_slab = max(1, min(taps, MAX_DEPTH * taps // depth))
+    slabs, slab_depth = -(-taps // per_slab), per_slab * depth // taps
+    out_strides = row_major(conv.out_shape)
+    feature_stride = out_strides[conv.out_feature]
+    row_dims = conv.row_dims()
+    start, row_stride = _single_strided([(size, out_strides[dim]) for _, size, dim in row_dims])
+    block = math.prod(size for _, size, _ in row_dims[start:])
+    chunk = max(MIN_ROWS, PATCH_ELEMENTS // slab_depth)
+
+    # Where the GEMM writes: into the result, as rows x features (features contiguous) or
+    # features x rows (rows contiguous), if the rows of a block are single-strided and
+    # blocks are not too short; else into a scratch block scattered into the result.
+    layout = None
+    if precision_key(accumulate) == precision_key(result) and block >= min(rows, MIN_ROWS):
+        if ((feature_stride == 1 or group_out == 1)
+                and group_out <= (row_stride or group_out) <= BLAS_INT_MAX):
+            layout = "rows"
+        elif row_stride in (1, None) and min(chunk, block) <= feature_stride <= BLAS_INT_MAX:
+            layout = "features"
+    if layout is None:
+        block = rows
+    chunk = min(chunk, block)
+    per_block = -(-block // chunk)
+    chunks = rows // block * per_block
+    tasks = conv.groups * chunks
+    # Tasks run in parallel, each packing its chunk and calling a one-thread GEMM, when
+    # there are enough of them and their patch matrices are small; else one after the
+    # other, each GEMM using OpenBLAS's threads.
+    small = chunk * slab_depth <= 4 * PATCH_ELEMENTS
+    threads = max(1, min(PARALLEL_TASKS, tasks // 2) if small else 1)
+
+    patches = b.add_array("patches", ir.TensorType((threads, chunk, slab_depth),
+                                                   accumulate.element))
+    scratch = (b.add_array("conv_block", ir.TensorType((threads, chunk, group_out),
+                                                       accumulate.element))
+               if layout is None else None)
+    ctype = accumulate.compute
+    lines = [f"const auto* __lhs = __x + {x.offset}LL;"]
+    if accumulate.is_complex:
+        lines.append(f"const {ctype} __one(1), __zero(0);")
+    body = [f"const int64_t __g = __task / {chunks}LL, __chunk = __task % {chunks}LL;",
+            f"const int64_t __r0 = __chunk / {per_block}LL * {block}LL + "
+            f"__chunk % {per_block}LL * {chunk}LL;",
+            f"const int64_t __rn = std::min<int64_t>({chunk}LL, "
+            f"(__chunk / {per_block}LL + 1) * {block}LL - __r0);"]
+    if slabs > 1:
+        body += [f"for (int64_t __s = 0; __s < {slabs}LL; ++__s) {{", "h2d::scalar_loop();",
+                 f"const int64_t __ka = __s * {per_slab}LL, "
+                 f"__kb = std::min<int64_t>({taps}LL, __ka + {per_slab}LL);"]
+        slab = ("__ka", "__kb", "__s")
+    else:
+        slab = ("0", str(taps), "0")
+    body += [f"const {ctype}* __wg = __w + __g * {depth * group_out}LL + {slab[0]} * "
+             f"{depth // taps * group_out}LL;",
+             *_pack_patches(conv, x, (compute, accumulate), slab, slab_depth),
+             *_multiply(conv, accumulate, layout, slab, slab_depth,
+                        (start, block, row_stride, feature_stride))]
+    if slabs > 1:
+        body.append("}")
+    if layout is None:
+        body += _scatter(conv, accumulate, result, feature_stride)
+    loop = [f"for (int64_t __task = 0; __task < {tasks}LL; ++__task) {{",
+            "h2d::scalar_loop();", *body, "}"]
+    buffers = [f"{ctype}* __pt = __patches + __worker * {chunk * slab_depth}LL;"]
+    if scratch is not None:
+        buffers.append(f"{ctype}* __bt = __block + __worker * {chunk * group_out}LL;")
+    if threads == 1:
+        lines += ["const int64_t __worker = 0;", *buffers, *loop]
+    else:
+        b.include_once("#include <omp.h>\n")
+        # one thread per GEMM: OpenBLAS's threads would fight the OpenMP workers for cores
+        lines += ["#ifdef OPENBLAS_VERSION",
+                  "const int __blas_threads = openblas_get_num_threads();",
+                  "openblas_set_num_threads(1);",
+                  "#endif",
+                  f"#pragma omp parallel num_threads(std::min({threads}, omp_get_max_threads()))",
+                  "{",
+                  "const int64_t __worker = omp_get_thread_num();", *buffers,
+                  "#pragma omp for schedule(dynamic)", *loop,
+                  "}",
+                  "#ifdef OPENBLAS_VERSION",
+                  "openblas_set_num_threads(__blas_threads);",
+                  "#endif"]
+    outputs = {"__c": target, "__patches": patches}
+    if scratch is not None:
+        outputs["__block"] = scratch
+    b.pointer_map("convolution_blas", (), {"__x": x.array, "__w": packed}, outputs,
+                  "\n".join(lines), environments=[OpenBLAS.full_class_path()])
+
+
+def _pack_patches(conv: _Convolution, x: Operand, convert: tuple[ElementType, ElementType],
+                  slab: tuple[str, str, str], width: int) -> list[str]:
+    """C++ that packs rows ``__r0 .. __r0 + __rn`` of group ``__g`` into the patch matrix
+    ``__pt`` (rows of ``width``): per result row, the input features of each kernel tap
+    side by side, the first spatial dimension's taps from ``slab[0]`` to ``slab[1]`` (C++
+    expressions); zeros where a tap falls on padding. Contiguous features that need no
+    conversion are one ``memcpy`` per tap, or per row of taps when those lie side by side
+    too (the innermost spatial dimension of NHWC without dilation)."""
+    compute, accumulate = convert
+    ctype = accumulate.compute
+    size = f"sizeof({ctype})"
+    group_in, window = conv.group_in, conv.window
+    feature_stride = x.strides[conv.lhs_feature]
+    copies = (precision_key(x.element) == precision_key(accumulate)
+              and (feature_stride == 1 or group_in == 1))
+    last = conv.rank - 1
+    span = (copies and conv.rank > 0 and x.strides[conv.lhs_spatial[last]] == group_in
+            and conv.lhs_dilation[last] == 1 and conv.rhs_dilation[last] == 1
+            and not conv.reversal[last])
+
+    def taps(d):
+        return slab[:2] if d == 0 else ("0", str(window[d]))
+
+    lines = ["for (int64_t __r = 0; __r < __rn; ++__r) {", "h2d::scalar_loop();",
+             *_decode("__r0 + __r", [(name, n) for name, n, _ in conv.row_dims()]),
+             f"const auto* __src = __lhs + (__n * {x.strides[conv.lhs_batch]}LL + __g * "
+             f"{conv.lhs_group_stride(x)}LL);",
+             f"{ctype}* __dst = __pt + __r * {width}LL;"]
+    offsets = []
+    for d in range(last if span else conv.rank):
+        below = math.prod(window[d + 1:]) * group_in
+        first, end = taps(d)
+        lines += [f"for (int64_t __k{d} = {first}; __k{d} < {end}; ++__k{d}) {{",
+                  "h2d::scalar_loop();",
+                  f"const int64_t __q{d} = {conv.position(d, f'__p{d}', f'__k{d}')};",
+                  f"if (!({conv.valid(d, f'__q{d}')})) {{ std::memset(__dst, 0, {below}LL * "
+                  f"{size}); __dst += {below}LL; continue; }}"]
+        offsets.append(conv.lhs_offset(d, f"__q{d}", x))
+    if span:  # the taps from __lo to __hi of [first, end) are inside the lhs
+        first, end = taps(last)
+        extent = conv.lhs_shape[conv.lhs_spatial[last]]
+        offsets.append(f"(__q{last} + __lo) * {group_in}LL")
+        lines += [f"const int64_t __q{last} = {conv.position(last, f'__p{last}', '0')};",
+                  f"const int64_t __lo = std::max<int64_t>({first}, -__q{last});",
+                  f"const int64_t __hi = std::min<int64_t>({end}, {extent}LL - __q{last});",
+                  f"if (__hi <= __lo) std::memset(__dst, 0, ({end} - {first}) * {group_in}LL "
+                  f"* {size});",
+                  "else {",
+                  f"std::memset(__dst, 0, (__lo - {first}) * {group_in}LL * {size});",
+                  f"std::memcpy(__dst + (__lo - {first}) * {group_in}LL, "
+                  f"__src + ({' + '.join(offsets)}), (__hi - __lo) * {group_in}LL * {size});",
+                  f"std::memset(__dst + (__hi - {first}) * {group_in}LL, 0, ({end} - __hi) * "
+                  f"{group_in}LL * {size});",
+                  "}",
+                  f"__dst += ({end} - {first}) * {group_in}LL;"]
+        return lines + ["}" * conv.rank]
+    lines.append(f"const auto* __tap = __src + ({' + '.join(offsets) or '0'});")
+    if copies:
+        lines.append(f"std::memcpy(__dst, __tap, {group_in}LL * {size});")
+    else:
+        value = converted(f"__tap[__c * {feature_stride}LL]", x.element, compute)
+        lines += [f"for (int64_t __c = 0; __c < {group_in}LL; ++__c) {{",
+                  "h2d::scalar_loop();", f"__dst[__c] = {value};", "}"]
+    return lines + [f"__dst += {group_in}LL;", "}" * (conv.rank + 1)]
+
+
+def _multiply(conv: _Convolution, accumulate: ElementType, layout: str | None,
+              slab: tuple[str, str, str], width: int,
+              strides: tuple[int, int, int | None, int]) -> list[str]:
+    """C++: the GEMM of the patch matrix (rows of ``width``; the taps of ``slab``) and the
+    group's kernel, added to what earlier slabs summed, into the result (in ``layout``;
+    ``strides``: where its single-strided row blocks start among the row dimensions, their
+    length and stride, the feature stride) or the scratch block."""
+    start, block, row_stride, feature_stride = strides
+    group_out = conv.group_out
+    depth = f"({slab[1]} - {slab[0]}) * {conv.depth // (conv.window[0] if conv.rank else 1)}LL"
+    if accumulate.is_complex:
+        alpha, beta = "&__one", "&__zero" if slab[2] == "0" else f"{slab[2]} ? &__one : &__zero"
+    else:
+        alpha, beta = "1", "0" if slab[2] == "0" else f"{slab[2]} ? 1 : 0"
+    gemm = f"cblas_{BLAS_TYPES[accumulate.element]}gemm(CblasRowMajor, "
+    if layout is None:
+        return [f"{gemm}CblasNoTrans, CblasNoTrans, __rn, {group_out}, {depth}, {alpha}, "
+                f"__pt, {width}, __wg, {group_out}, {beta}, __bt, {group_out});"]
+    out_strides = row_major(conv.out_shape)
+    row_dims = conv.row_dims()
+    lines = ["{", *_decode(f"__r0 / {block}LL", [(name, n) for name, n, _ in row_dims[:start]])]
+    terms = [f"__g * {group_out * feature_stride}LL"]
+    terms += [f"{name} * {out_strides[dim]}LL" for name, _, dim in row_dims[:start]]
+    terms.append(f"(__r0 % {block}LL) * {row_stride or 0}LL")
+    out = f"__c + ({' + '.join(terms)})"
+    if layout == "rows":
+        lines.append(f"{gemm}CblasNoTrans, CblasNoTrans, __rn, {group_out}, {depth}, "
+                     f"{alpha}, __pt, {width}, __wg, {group_out}, {beta}, {out}, "
+                     f"{row_stride or group_out});")
+    else:
+        lines.append(f"{gemm}CblasTrans, CblasTrans, {group_out}, __rn, {depth}, {alpha}, "
+                     f"__wg, {group_out}, __pt, {width}, {beta}, {out}, {feature_stride});")
+    return lines + ["}"]
+
+
+def _scatter(conv: _Convolution, accumulate: ElementType, result: ElementType,
+             feature_stride: int) -> list[str]:
+    """C++ that stores the scratch block's rows into the result (rounded to its type)."""
+    out_strides = row_major(conv.out_shape)
+    row_dims = conv.row_dims()
+    offset = " + ".join([f"__g * {conv.group_out * feature_stride}LL"] + [
+        f"{name} * {out_strides[dim]}LL" for name, _, dim in row_dims])
+    return ["for (int64_t __r = 0; __r < __rn; ++__r) {", "h2d::scalar_loop();",
+            *_decode("__r0 + __r", [(name, n) for name, n, _ in row_dims]),
+            f"auto* __dst = __c + ({offset});",
+            f"const {accumulate.compute}* __row = __bt + __r * {conv.group_out}LL;",
+            f"for (int64_t __o = 0; __o < {conv.group_out}LL; ++__o) {{",
+            "h2d::scalar_loop();",
+            f"__dst[__o * {feature_stride}LL] = {stored('__row[__o]', accumulate, result)};",
+            "}", "}"]

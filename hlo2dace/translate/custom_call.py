@@ -1,0 +1,182 @@
+"""``stablehlo.custom_call``: a call of a function the compiler does not see, by the name in
+``call_target_name``. Families of targets register a translator per name with
+``register_target`` (LAPACK's in lapack.py); an unknown name is unsupported.
+
+A target's code sees its buffers in the layouts the call declares (``operand_layouts``,
+``result_layouts``, minor-to-major dimension lists; row-major where absent), as XLA passes
+them: JAX declares matrices column-major for LAPACK. ``physical_operands`` and
+``physical_results`` give the arrays in those layouts: an operand in another layout is
+copied once, transposed, and a result is bound as a transposing view of its buffer, read
+in place by its consumers. Output-operand aliases only let XLA reuse an operand's buffer;
+the kernels copy their operand first, so the aliases change nothing here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Callable, Mapping, Sequence, Union
+
+from .. import ir
+from . import dtypes
+from .builder import Array, Axis, Builder, Literal, View
+from .registry import register
+
+#: target name -> ``fn(builder, call)``
+_TARGETS: dict[str, Callable[[Builder, CustomCall], None]] = {}
+
+
+def register_target(*names: str):
+    """Register ``fn(builder, call)`` as the translator of the custom call targets ``names``."""
+
+    def decorate(fn):
+        for name in names:
+            if name in _TARGETS:
+                raise ValueError(f"custom call target {name} is registered twice")
+            _TARGETS[name] = fn
+        return fn
+
+    return decorate
+
+
+def supported_targets() -> list[str]:
+    return sorted(_TARGETS)
+
+
+@dataclass(frozen=True)
+class CustomCall:
+    """A custom call's decoded attributes."""
+
+    op: ir.Op
+    target: str
+    #: the FFI attributes: JAX's ``mhlo.backend_config`` dictionary, or a ``backend_config``
+    #: that is a dictionary itself (typed-FFI calls written by hand)
+    config: Mapping[str, Any]
+    #: minor-to-major dimension order of each operand's and result's buffer
+    operand_layouts: tuple[tuple[int, ...], ...]
+    result_layouts: tuple[tuple[int, ...], ...]
+
+    @classmethod
+    def of(cls, b: Builder, op: ir.Op) -> CustomCall:
+        config = op.attr("mhlo.backend_config")
+        if not isinstance(config, Mapping):
+            backend = op.attr("backend_config")
+            config = backend if isinstance(backend, Mapping) else MappingProxyType({})
+        return cls(op, op.attr("call_target_name"), config,
+                   _layouts(b, op.attr("operand_layouts"), op.operands, "operand"),
+                   _layouts(b, op.attr("result_layouts"), op.results, "result"))
+
+    def char(self, b: Builder, name: str, allowed: str) -> str:
+        """A one-character attribute (an enum that jaxlib passes as a ``ui8`` character)."""
+        value = self.config.get(name)
+        if not isinstance(value, int) or isinstance(value, bool) or chr(value) not in allowed:
+            raise b.unsupported(f"{self.target}: attribute {name} = {value!r}",
+                                [f"{name} = {ord(c)} ({c!r})" for c in allowed])
+        return chr(value)
+
+    def value(self, b: Builder, name: str, kind: type) -> Any:
+        """An attribute of Python type ``kind`` (``int`` or ``bool``)."""
+        value = self.config.get(name)
+        if type(value) is not kind:
+            raise b.unsupported(f"{self.target}: attribute {name} = {value!r} (a {kind.__name__} "
+                                "is needed)")
+        return value
+
+
+def _layouts(b: Builder, attribute, values: Sequence[ir.Value], what: str):
+    """Each value's layout: the attribute's, else row-major (minor-to-major ``r-1 .. 0``)."""
+    layouts = []
+    for i, value in enumerate(values):
+        if not isinstance(value.type, ir.TensorType):
+            raise b.unsupported(f"{what} {i} of type {value.type}")
+        rank = value.type.rank
+        if attribute is None:
+            layouts.append(tuple(range(rank - 1, -1, -1)))
+            continue
+        layout = tuple(int(d) for d in attribute[i].array.reshape(-1))
+        if sorted(layout) != list(range(rank)):
+            raise b.unsupported(f"{what} {i}: layout {list(layout)} for a rank-{rank} tensor")
+        layouts.append(layout)
+    return tuple(layouts)
+
+
+@register("stablehlo.custom_call")
+def custom_call(b: Builder, op: ir.Op) -> None:
+    name = op.attr("call_target_name")
+    translate = _TARGETS.get(name)
+    if translate is None:
+        raise b.unsupported(f"custom call target {name!r}", supported_targets())
+    translate(b, CustomCall.of(b, op))
+
+
+# ------------------------------------------------------------------------ layouts
+
+
+def _physical_type(t: ir.TensorType, major: Sequence[int]) -> ir.TensorType:
+    return ir.TensorType(tuple(t.shape[d] for d in major), t.element)
+
+
+def _permuted(binding: Union[Array, Literal, View], major: Sequence[int],
+              t: ir.TensorType) -> Union[Literal, View]:
+    """``binding`` read in the dimension order ``major`` (a transpose view)."""
+    if isinstance(binding, Literal):
+        return Literal(binding.value, t)
+    position = {d: k for k, d in enumerate(major)}
+    if isinstance(binding, View):
+        axes = tuple(a if a.dim is None else Axis(position[a.dim], a.stride, a.offset)
+                     for a in binding.axes)
+        return View(binding.source, axes, t)
+    return View(binding, tuple(Axis(position[d]) for d in range(len(major))), t)
+
+
+def physical_operands(b: Builder, call: CustomCall) -> list[Array]:
+    """The operands as arrays in their declared layouts (row-major order of the dimensions
+    from major to minor)."""
+    arrays = []
+    for value, layout in zip(call.op.operands, call.operand_layouts):
+        major = layout[::-1]
+        if list(major) == sorted(major):
+            arrays.append(b.array(value))
+            continue
+        t = _physical_type(value.type, major)
+        target = b.add_array(f"{value.name.lstrip('%')}_layout", t)
+        b.copy_into(_permuted(b.operand(value), major, t), target)
+        arrays.append(target)
+    return arrays
+
+
+def physical_results(b: Builder, call: CustomCall) -> list[Array]:
+    """Buffers for the results in their declared layouts; binds each result (to a
+    transposing view of its buffer where the layout is not row-major)."""
+    arrays = []
+    for value, layout in zip(call.op.results, call.result_layouts):
+        major = layout[::-1]
+        if list(major) == sorted(major):
+            target = b.result_array(value)
+            b.bind(value, target)
+        else:
+            target = b.add_array(f"{value.name.lstrip('%')}_layout",
+                                 _physical_type(value.type, major))
+            b.bind(value, View(target, tuple(Axis(d) for d in major), value.type))
+        arrays.append(target)
+    return arrays
+
+
+# ------------------------------------------------------------------------ calls
+
+
+def call_tasklet(b: Builder, label: str, call: str, inputs: Sequence[Array],
+                 outputs: Sequence[Array], environments: Sequence[str] = ()) -> None:
+    """One tasklet that runs the C++ statement ``call`` with ``{in0}, {in1}, ...`` and
+    ``{out0}, ...`` replaced by pointers to the whole arrays (null for empty ones), and
+    links the libraries of DaCe ``environments``."""
+    names, prelude, connected = {}, [], {"in": {}, "out": {}}
+    for prefix, arrays in (("in", inputs), ("out", outputs)):
+        for i, array in enumerate(arrays):
+            name = names[f"{prefix}{i}"] = f"__{prefix}{i}"
+            if array.type.size == 0:
+                const = "const " if prefix == "in" else ""
+                prelude.append(f"{const}{dtypes.of(array.type).storage.ctype}* {name} = nullptr;")
+            else:
+                connected[prefix][name] = array
+    b.pointer_map(label, (), connected["in"], connected["out"],
+                  "\n".join(prelude + [call.format(**names)]), environments=environments)
