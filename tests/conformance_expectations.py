@@ -57,7 +57,6 @@ EXPECTED_FAILURES: dict[str, str] = {
     **_each(
         DYNAMIC,
         "dynamic_broadcast_in_dim.mlir::broadcast_in_dim",
-        "dynamic_conv.mlir::dynamic_conv_op_test_si64",
         "dynamic_gather.mlir::dynamic_gather_op_test",
         "dynamic_iota.mlir::dynamic_iota_op_test_si64_dim_0",
         "dynamic_iota.mlir::dynamic_iota_op_test_si64_dim_1",
