@@ -169,8 +169,9 @@ def write_report(results, build_s, load_s, args) -> None:
         "Speed-up: XLA's time over `hlo2dace.jit`'s (above 1: hlo2dace is faster).",
         "",
         f"Machine: {platform.machine()}, {os.cpu_count()} cores, {platform.python_version()}, "
-        f"jax {jax.__version__}, {time.strftime('%Y-%m-%d')}"
-        + (", --quick sizes" if args.quick else ""),
+        f"jax {jax.__version__}, {time.strftime('%Y-%m-%d')}, load average "
+        f"{os.getloadavg()[0]:.1f} at the end (above 0 means other processes shared the "
+        "cores: times are noisy)" + (", --quick sizes" if args.quick else ""),
         "",
         "![speed-up](benchmarks.png)",
     ]
