@@ -5,10 +5,12 @@ from . import (  # noqa: F401  (registration)
     convolution,
     custom_call,
     elementwise,
+    fft,
     indexing,
     lapack,
     linalg,
     reduction,
+    rng,
     shape,
     sorting,
 )

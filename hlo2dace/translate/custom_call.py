@@ -12,9 +12,13 @@ the kernels copy their operand first, so the aliases change nothing here."""
 
 from __future__ import annotations
 
+import ctypes.util
+import glob
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Callable, Mapping, Sequence, Union
+
+import dace.library
 
 from .. import ir
 from . import dtypes
@@ -180,3 +184,22 @@ def call_tasklet(b: Builder, label: str, call: str, inputs: Sequence[Array],
                 connected[prefix][name] = array
     b.pointer_map(label, (), connected["in"], connected["out"],
                   "\n".join(prelude + [call.format(**names)]), environments=environments)
+
+
+def link_environment(name: str, libraries: Sequence[str], module: str, doc: str):
+    """A DaCe environment (registered under ``module.name``) that links ``libraries`` into
+    every program one of whose tasklets names it: native libraries called from tasklets
+    get linked as those of library nodes do."""
+    fields = {"cmake_minimum_version": None, "cmake_packages": [], "cmake_variables": {},
+              "cmake_includes": [], "cmake_libraries": list(libraries),
+              "cmake_compile_flags": [], "cmake_link_flags": [], "cmake_files": [],
+              "headers": [], "state_fields": [], "init_code": "", "finalize_code": "",
+              "dependencies": [], "__module__": module, "__qualname__": name, "__doc__": doc}
+    return dace.library.environment(type(name, (), fields))
+
+
+def installed(headers: Sequence[Sequence[str]], libraries: Sequence[str]) -> bool:
+    """Whether every header exists (each given as glob patterns, any of which may match)
+    and every library is found by the dynamic linker."""
+    return (all(any(glob.glob(pattern) for pattern in patterns) for patterns in headers)
+            and all(ctypes.util.find_library(name) for name in libraries))

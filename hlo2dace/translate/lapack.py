@@ -11,9 +11,7 @@ Debian's LAPACK and BLAS (OpenBLAS) through the ``Lapack`` environment below."""
 
 from __future__ import annotations
 
-import ctypes.util
 import functools
-import glob
 import math
 from pathlib import Path
 from typing import Sequence
@@ -27,6 +25,8 @@ from .builder import Array, Builder, map_params
 from .custom_call import (
     CustomCall,
     call_tasklet,
+    installed,
+    link_environment,
     physical_operands,
     physical_results,
     register_target,
@@ -42,33 +42,18 @@ COMPLEX = {"s": "complex<f32>", "d": "complex<f64>"}
 I32 = "i32"
 
 
-@dace.library.environment
-class Lapack:
-    """Links LAPACK and BLAS (Debian's OpenBLAS: liblapack and libblas) into a program whose
-    tasklets call them; h2d_lapack.h includes the headers."""
-
-    cmake_minimum_version = None
-    cmake_packages = []
-    cmake_variables = {}
-    cmake_includes = []
-    cmake_libraries = ["lapack", "blas"]
-    cmake_compile_flags = []
-    cmake_link_flags = []
-    cmake_files = []
-    headers = []
-    state_fields = []
-    init_code = ""
-    finalize_code = ""
-    dependencies = []
+Lapack = link_environment(
+    "Lapack", ["lapack", "blas"], __name__,
+    "Links LAPACK and BLAS (Debian's OpenBLAS: liblapack and libblas) into a program whose "
+    "tasklets call them; h2d_lapack.h includes the headers.")
 
 
 @functools.cache
 def lapack_installed() -> bool:
     """LAPACK, BLAS and their C headers (Debian's libopenblas-dev and liblapacke-dev)."""
-    headers = (glob.glob("/usr/include/cblas.h") + glob.glob("/usr/include/*/cblas.h"),
-               glob.glob("/usr/include/lapack.h") + glob.glob("/usr/include/*/lapack.h"))
-    libraries = [ctypes.util.find_library(name) for name in Lapack.cmake_libraries]
-    return all(headers) and all(libraries)
+    return installed([["/usr/include/cblas.h", "/usr/include/*/cblas.h"],
+                      ["/usr/include/lapack.h", "/usr/include/*/lapack.h"]],
+                     Lapack.cmake_libraries)
 
 
 def _use_lapack(b: Builder) -> list[str]:
