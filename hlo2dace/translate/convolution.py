@@ -59,7 +59,7 @@ from .linalg import (
     compute_type,
     converted,
     precision_key,
-    read_at,
+    read_element,
     row_major,
     stored,
     strided_operand,
@@ -316,13 +316,7 @@ def _pack_kernel(b: Builder, value: ir.Value, conv: _Convolution,
     positions[conv.kernel_in] = params[-2]
     positions[conv.kernel_out] = f"({conv.group_out} * {params[0]} + {params[-1]})"
     binding, source = b.operand(value), dtypes.of(value.type)
-    inputs = {}
-    if isinstance(binding, Literal):
-        read = literal(binding.value, source, storage=True)
-    else:
-        data, subset = read_at(binding, positions)
-        inputs["__in"] = dace.Memlet(f"{data}[{subset}]")
-        read = "__in"
+    read, inputs = read_element(binding, source, positions)
     b.mapped_tasklet("kernel_pack", packed.type, inputs,
                      f"__out = {converted(read, source, compute)};",
                      {"__out": dace.Memlet(f"{packed.name}[{', '.join(params)}]")})

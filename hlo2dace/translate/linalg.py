@@ -168,6 +168,17 @@ def read_at(binding: Union[Array, Literal, View], positions: Sequence[str]) -> t
     return binding.name, ", ".join(positions) or "0"
 
 
+def read_element(binding: Union[Array, Literal, View], element: ElementType,
+                 positions: Sequence[str]) -> tuple[str, dict[str, dace.Memlet]]:
+    """C++ for the element of ``binding`` at logical ``positions`` (in storage form) and
+    the input memlets it needs: a literal is written out, anything else read through the
+    connector ``__in``."""
+    if isinstance(binding, Literal):
+        return literal(binding.value, element, storage=True), {}
+    data, subset = read_at(binding, positions)
+    return "__in", {"__in": dace.Memlet(f"{data}[{subset}]")}
+
+
 def _copy(b: Builder, value: ir.Value, order: Sequence[int],
           convert: tuple[ElementType, ElementType] | None) -> Operand:
     """One map that copies ``value`` into a new array with its dimensions in ``order``;
@@ -181,13 +192,7 @@ def _copy(b: Builder, value: ir.Value, order: Sequence[int],
     copy = b.add_array(f"{value.name.lstrip('%')}_t", t)
     params = map_params(len(order))
     positions = [params[order.index(d)] for d in range(len(shape))]
-    inputs = {}
-    if isinstance(binding, Literal):
-        read = literal(binding.value, source, storage=True)
-    else:
-        data, subset = read_at(binding, positions)
-        inputs["__in"] = dace.Memlet(f"{data}[{subset}]")
-        read = "__in"
+    read, inputs = read_element(binding, source, positions)
     if convert:
         read = storage.store(converted(read, source, convert[0]))
     _sequential_map(b, "dot_operand", t, inputs, f"__out = {read};",
