@@ -510,24 +510,8 @@ class Builder:
 
         in_memlets = {conn: memlet(array) for conn, array in inputs.items()}
         out_memlets = {conn: memlet(array, dynamic=True) for conn, array in outputs.items()}
-        input_nodes = {a.name: self.read(a.name) for a in inputs.values()}
-        output_nodes = {a.name: self.write(a.name) for a in outputs.values()}
-        if shape:
-            ranges = {p: f"0:{n}" for p, n in zip(map_params(len(shape)), shape)}
-            tasklet, _, _ = self.state.add_mapped_tasklet(
-                self.fresh(label), ranges, in_memlets, code, out_memlets,
-                language=dace.Language.CPP, external_edges=True, input_nodes=input_nodes,
-                output_nodes=output_nodes, schedule=schedule_for(shape, work_per_element),
-                debuginfo=self.debuginfo())
-        else:
-            tasklet = self.state.add_tasklet(self.fresh(label), dict.fromkeys(inputs),
-                                             dict.fromkeys(outputs), code,
-                                             language=dace.Language.CPP,
-                                             debuginfo=self.debuginfo())
-            for conn, m in in_memlets.items():
-                self.state.add_edge(input_nodes[m.data], None, tasklet, conn, m)
-            for conn, m in out_memlets.items():
-                self.state.add_edge(tasklet, conn, output_nodes[m.data], None, m)
+        tasklet = self._tasklet_over(label, shape, in_memlets, code, out_memlets,
+                                     schedule_for(shape, work_per_element))
         for connectors, arrays in ((tasklet.in_connectors, inputs),
                                    (tasklet.out_connectors, outputs)):
             for conn, array in arrays.items():
@@ -559,9 +543,16 @@ class Builder:
                        schedule: dace.ScheduleType | None = None) -> None:
         """One tasklet, in a map over ``t``'s shape (or alone for a 0-d shape), scheduled
         by ``schedule_for`` unless ``schedule`` says otherwise."""
+        self._tasklet_over(label, t.shape, inputs, code, outputs,
+                           schedule or schedule_for(t.shape, work_per_element))
+
+    def _tasklet_over(self, label: str, shape: Sequence[int], inputs: dict, code: str,
+                      outputs: dict, schedule: dace.ScheduleType) -> dace.nodes.Tasklet:
+        """A C++ tasklet with the memlets ``inputs`` and ``outputs``, in a map over
+        ``shape`` (alone for no dimensions); returns the tasklet."""
         input_nodes = {m.data: self.read(m.data) for m in inputs.values()}
         output_nodes = {m.data: self.write(m.data) for m in outputs.values()}
-        if t.rank == 0:
+        if not shape:
             tasklet = self.state.add_tasklet(self.fresh(label), dict.fromkeys(inputs),
                                              dict.fromkeys(outputs), code,
                                              language=dace.Language.CPP,
@@ -570,13 +561,13 @@ class Builder:
                 self.state.add_edge(input_nodes[memlet.data], None, tasklet, conn, memlet)
             for conn, memlet in outputs.items():
                 self.state.add_edge(tasklet, conn, output_nodes[memlet.data], None, memlet)
-            return
-        ranges = {p: f"0:{n}" for p, n in zip(map_params(t.rank), t.shape)}
-        self.state.add_mapped_tasklet(
+            return tasklet
+        ranges = {p: f"0:{n}" for p, n in zip(map_params(len(shape)), shape)}
+        tasklet, _, _ = self.state.add_mapped_tasklet(
             self.fresh(label), ranges, inputs, code, outputs, language=dace.Language.CPP,
             external_edges=True, input_nodes=input_nodes, output_nodes=output_nodes,
-            schedule=schedule or schedule_for(t.shape, work_per_element),
-            debuginfo=self.debuginfo())
+            schedule=schedule, debuginfo=self.debuginfo())
+        return tasklet
 
     # ---------------------------------------------------------------- elementwise
     def add_elementwise(self, op: ir.Op) -> None:

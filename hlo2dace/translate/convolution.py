@@ -56,8 +56,8 @@ from .linalg import (
     SMALL_PRODUCT,
     Operand,
     blas_implementation,
-    compute_type,
     converted,
+    op_types,
     precision_key,
     read_element,
     row_major,
@@ -229,12 +229,7 @@ def dynamic_conv(b: Builder, op: ir.Op) -> None:
 
 def _translate(b: Builder, op: ir.Op, conv: _Convolution) -> None:
     lhs, kernel = op.operands[:2]
-    lhs_element, kernel_element, result = (dtypes.of(v.type, op.name, op.location)
-                                           for v in (lhs, kernel, op.result))
-    compute = compute_type(lhs_element, kernel_element, result)
-    if result.narrow_bits and not compute.is_integer:
-        raise b.unsupported(f"a {compute.element} convolution converted to {result.element}",
-                            ["integer results of integer convolutions"])
+    lhs_element, kernel_element, result, compute = op_types(b, op, "convolution")
     if conv.feature_groups > 1 and conv.batch_groups > 1:
         raise b.unsupported("both feature_group_count and batch_group_count above 1")
     accumulate = dtypes.element_type("f32") if compute.is_stored_as_bits else compute

@@ -266,12 +266,18 @@ def gees(b: Builder, call: CustomCall) -> None:
           [math.prod(batch), n, call.char(b, "mode", "NV")])
 
 
-@register_target(*_names("gehrd"))
-def gehrd(b: Builder, call: CustomCall) -> None:
-    p = _letter(call)
+def _square_matrix(b: Builder, call: CustomCall) -> tuple[tuple[int, ...], tuple[int, int]]:
+    """``_matrix`` for the reductions that need a square, non-empty matrix."""
     batch, (m, n) = _matrix(b, call)
     if m != n or n < 1:
         raise b.unsupported(f"{call.target}: a {m}x{n} matrix (square, not empty, is needed)")
+    return batch, (m, n)
+
+
+@register_target(*_names("gehrd"))
+def gehrd(b: Builder, call: CustomCall) -> None:
+    p = _letter(call)
+    batch, (m, n) = _square_matrix(b, call)
     _check(b, "operand", call.op.operands, [(batch + (m, n), ELEMENTS[p])])
     _check(b, "result", call.op.results, [(batch + (m, n), ELEMENTS[p]),
                                           (batch + (n - 1,), ELEMENTS[p]), (batch, I32)])
@@ -282,9 +288,7 @@ def gehrd(b: Builder, call: CustomCall) -> None:
 @register_target(*_names("sytrd", "hetrd"))
 def sytrd(b: Builder, call: CustomCall) -> None:
     p = _letter(call)
-    batch, (m, n) = _matrix(b, call)
-    if m != n or n < 1:
-        raise b.unsupported(f"{call.target}: a {m}x{n} matrix (square, not empty, is needed)")
+    batch, (m, n) = _square_matrix(b, call)
     _check(b, "operand", call.op.operands, [(batch + (m, n), ELEMENTS[p])])
     _check(b, "result", call.op.results, [(batch + (m, n), ELEMENTS[p]),
                                           (batch + (n,), REAL[p]), (batch + (n - 1,), REAL[p]),

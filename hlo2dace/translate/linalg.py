@@ -94,6 +94,19 @@ def compute_type(lhs: ElementType, rhs: ElementType, result: ElementType) -> Ele
     return result if precision_key(result) > precision_key(compute) else compute
 
 
+def op_types(b: Builder, op: ir.Op, what: str
+             ) -> tuple[ElementType, ElementType, ElementType, ElementType]:
+    """The element types of a product-like op's two operands and result, and the type it
+    computes in (``compute_type``); a float ``what`` cannot be narrowed to 2/4-bit ints."""
+    lhs, rhs, result = (dtypes.of(v.type, op.name, op.location)
+                        for v in (*op.operands[:2], op.result))
+    compute = compute_type(lhs, rhs, result)
+    if result.narrow_bits and not compute.is_integer:
+        raise b.unsupported(f"a {compute.element} {what} converted to {result.element}",
+                            [f"integer results of integer {what}s"])
+    return lhs, rhs, result, compute
+
+
 def converted(expression: str, source: ElementType, to: ElementType) -> str:
     """C++ for a value read from an array of ``source`` as a computed value of ``to``."""
     value = source.load(expression)
@@ -302,12 +315,7 @@ def dot_general(b: Builder, op: ir.Op) -> None:
     if len(lhs_batch) != len(rhs_batch) or len(lhs_contract) != len(rhs_contract):
         raise b.unsupported(f"dimension numbers {dict(fields)} pair unequal numbers of "
                             "dimensions")
-    lhs_element, rhs_element, result = (dtypes.of(v.type, op.name, op.location)
-                                        for v in (lhs, rhs, op.result))
-    compute = compute_type(lhs_element, rhs_element, result)
-    if result.narrow_bits and not compute.is_integer:
-        raise b.unsupported(f"a {compute.element} product converted to {result.element}",
-                            ["integer results of integer products"])
+    lhs_element, rhs_element, result, compute = op_types(b, op, "product")
     full = _Product.of(op, tuple(zip(lhs_batch, rhs_batch)),
                        tuple(zip(lhs_contract, rhs_contract)))
     target = b.result_array(op.result)
