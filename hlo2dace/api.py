@@ -176,9 +176,13 @@ class JitFunction:
         return (tree, abstract, statics, bool(jax.config.jax_enable_x64)), leaves
 
     def lower(self, *args, **kwargs) -> JitLowered:
+        import jax
+
         lowered = self._jitted.lower(*args, **kwargs)
         name = getattr(self._fun, "__name__", "program")
-        return JitLowered(normalize(lowered), name, lowered.out_tree)
+        key_types = tuple(info.dtype if _is_key(info.dtype) else None
+                          for info in jax.tree_util.tree_leaves(lowered.out_info))
+        return JitLowered(normalize(lowered), name, lowered.out_tree, key_types)
 
     def __call__(self, *args, **kwargs):
         import jax
@@ -190,18 +194,24 @@ class JitFunction:
                 entry = self._cache.get(key)
                 if entry is None:
                     lowered = self.lower(*args, **kwargs)
-                    entry = self._cache[key] = (lowered.compile(), lowered.out_tree)
-        compiled, out_tree = entry
+                    entry = self._cache[key] = (lowered.compile(), lowered.out_tree,
+                                                lowered.out_key_types)
+        compiled, out_tree, out_key_types = entry
         specs = compiled.program.arguments
         arrays = [_as_array(leaf, spec) for leaf, spec in zip(leaves, specs)]
-        results = compiled.call_flat(arrays)
-        return jax.tree_util.tree_unflatten(out_tree, [jax.device_put(r) for r in results])
+        results = [jax.device_put(r) for r in compiled.call_flat(arrays)]
+        results = [r if key_type is None else jax.random.wrap_key_data(r, impl=key_type._impl)
+                   for r, key_type in zip(results, out_key_types)]
+        return jax.tree_util.tree_unflatten(out_tree, results)
 
 
 class JitLowered(Lowered):
-    def __init__(self, normalized: NormalizedModule, name: str, out_tree):
+    """A lowering by ``hlo2dace.jit``: also knows how to rebuild the Python results."""
+
+    def __init__(self, normalized: NormalizedModule, name: str, out_tree, out_key_types=()):
         super().__init__(normalized, name)
         self.out_tree = out_tree
+        self.out_key_types = out_key_types
 
 
 def _abstract(leaf: Any):
@@ -212,7 +222,15 @@ def _abstract(leaf: Any):
     if shape is None or dtype is None:
         leaf = np.asarray(leaf)
         shape, dtype = leaf.shape, leaf.dtype
-    return (tuple(shape), np.dtype(dtype).str, bool(getattr(leaf, "weak_type", False)))
+    name = str(dtype) if _is_key(dtype) else np.dtype(dtype).str
+    return (tuple(shape), name, bool(getattr(leaf, "weak_type", False)))
+
+
+def _is_key(dtype: Any) -> bool:
+    """Typed PRNG keys (``jax.random.key``): StableHLO sees their uint32 key data."""
+    import jax
+
+    return dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
 
 
 def _as_array(leaf: Any, spec: runtime.TensorSpec) -> np.ndarray:
@@ -222,6 +240,8 @@ def _as_array(leaf: Any, spec: runtime.TensorSpec) -> np.ndarray:
 
     if isinstance(leaf, (bool, int, float, complex)):
         return np.asarray(leaf, dtype=np.dtype(spec.dtype))
+    if _is_key(getattr(leaf, "dtype", None)):
+        leaf = jax.random.key_data(leaf)
     array = np.asarray(leaf)
     expected = np.dtype(spec.dtype)
     if array.dtype != expected and (getattr(leaf, "weak_type", False)

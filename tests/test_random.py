@@ -100,12 +100,27 @@ SAMPLERS = {
 @pytest.mark.parametrize("impl", ["threefry2x32", "rbg"])
 @pytest.mark.parametrize("name", SAMPLERS)
 def test_jax_random(name, impl):
-    """Keys are made inside the function from an integer seed (typed keys do not cross
-    hlo2dace.jit's boundary), so seeding is tested too."""
+    """Keys are made inside the function from an integer seed, so seeding is tested too."""
     def fun(seed):
         return SAMPLERS[name](jax.random.key(seed, impl=impl))
 
     assert_matches_jax(fun, np.int32(42))
+
+
+@pytest.mark.parametrize("impl", ["threefry2x32", "rbg"])
+def test_typed_keys_cross_the_boundary(impl):
+    """Typed keys as arguments and results: hlo2dace passes their key data and wraps the
+    results back into keys of the same implementation, as jax.jit does."""
+    def step(key, keys):
+        key, sub = jax.random.split(key)
+        return key, jax.random.split(keys[1], 3), jax.random.uniform(sub, (4,))
+
+    key, keys = jax.random.key(3, impl=impl), jax.random.split(jax.random.key(5, impl=impl), 2)
+    expected, actual = jax.jit(step)(key, keys), hlo2dace.jit(step)(key, keys)
+    for want, got in zip(expected[:2], actual[:2]):
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_array_equal(jax.random.key_data(got), jax.random.key_data(want))
+    np.testing.assert_array_equal(np.asarray(actual[2]), np.asarray(expected[2]))
 
 
 #: samplers whose arithmetic after the random bits is not reproduced bit for bit, and the
@@ -147,3 +162,48 @@ def test_unsupported(change, message):
         fields[name] = value
     with pytest.raises(UnsupportedError, match=message.replace("<", ".").replace(">", ".")):
         hlo2dace.lower_text(MODULE.format(**fields)).as_sdfg()
+
+
+# ------------------------------------------------- stablehlo.rng (implementation-defined)
+
+
+@pytest.mark.parametrize("dtype,low,high", [
+    (np.float32, -2.0, 3.0), (np.float64, 0.0, 1.0), (jnp.bfloat16, 1.0, 2.0),
+    (np.float16, -1.0, 1.0), (np.int32, -7, 9), (np.uint8, 3, 250), (np.int64, -2**40, 2**41),
+    (np.int8, -128, 127)], ids=lambda v: getattr(v, "__name__", str(v)))
+def test_rng_uniform(dtype, low, high):
+    """``lax.rng_uniform``: values in [low, high), spread over the range, and new numbers
+    on every call (XLA's generator is stateful too)."""
+    fun = hlo2dace.jit(lambda a, b: jax.lax.rng_uniform(a, b, (4000,)))
+    a, b = np.asarray(low, dtype), np.asarray(high, dtype)
+    first, second = np.asarray(fun(a, b)), np.asarray(fun(a, b))
+    assert first.dtype == np.dtype(dtype) and first.shape == (4000,)
+    for values in (first, second):
+        assert (values >= a).all() and (values < b).all()
+        span = float(b) - float(a)
+        assert float(values.min()) < float(a) + 0.05 * span
+        assert float(values.max()) > float(b) - 0.05 * span - 1
+    assert (first != second).mean() > 0.5
+
+
+def test_rng_uniform_empty_range_gives_low():
+    fun = hlo2dace.jit(lambda a, b: jax.lax.rng_uniform(a, b, (5,)))
+    np.testing.assert_array_equal(fun(np.int32(4), np.int32(4)), np.full(5, 4, np.int32))
+
+
+RNG_NORMAL = """
+func.func @main(%mean: tensor<f64>, %sigma: tensor<f64>) -> tensor<200x100xf64> {
+  %shape = stablehlo.constant dense<[200, 100]> : tensor<2xi64>
+  %0 = stablehlo.rng %mean, %sigma, %shape, distribution = NORMAL
+      : (tensor<f64>, tensor<f64>, tensor<2xi64>) -> tensor<200x100xf64>
+  return %0 : tensor<200x100xf64>
+}
+"""
+
+
+def test_rng_normal_moments():
+    values = hlo2dace.compile_text(RNG_NORMAL)(np.float64(3.0), np.float64(2.0))
+    assert values.shape == (200, 100) and np.isfinite(values).all()
+    assert abs(values.mean() - 3.0) < 0.06 and abs(values.std() - 2.0) < 0.06
+    assert abs(((values - 3.0) / 2.0 > 1.0).mean() - 0.1587) < 0.015
+

@@ -1,6 +1,7 @@
 """IR -> SDFG. Importing this package registers every op family with the registry."""
 
 from . import (  # noqa: F401  (registration)
+    collectives,
     control,
     convolution,
     custom_call,

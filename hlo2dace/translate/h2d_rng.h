@@ -4,6 +4,7 @@
 #ifndef H2D_RNG_H
 #define H2D_RNG_H
 
+#include <atomic>
 #include <cstdint>
 
 namespace h2d::rng {
@@ -60,6 +61,21 @@ inline void philox4x32(uint64_t key, uint64_t low, uint64_t high, uint32_t (&x)[
     philox_round(x, k0, k1); philox_round(x, k0, k1);
     philox_round(x, k0, k1); philox_round(x, k0, k1);
     philox_round(x, k0, k1); philox_round(x, k0, k1);
+}
+
+// stablehlo.rng, XLA's stateful generator: every execution of an op takes the next stream
+// number of the program, so that calls give new numbers as XLA's do.
+inline uint64_t next_stream() {
+    static std::atomic<uint64_t> streams{0};
+    return streams.fetch_add(1, std::memory_order_relaxed);
+}
+
+// 128 random bits for element `i` of stream `stream` of the op numbered `op`.
+inline void stream_words(uint64_t op, uint64_t stream, uint64_t i, uint64_t (&w)[2]) {
+    uint32_t x[4];
+    philox4x32(0x9E3779B97F4A7C15ULL * (op + 1), i, stream, x);
+    w[0] = x[0] | (uint64_t(x[1]) << 32);
+    w[1] = x[2] | (uint64_t(x[3]) << 32);
 }
 
 }  // namespace h2d::rng

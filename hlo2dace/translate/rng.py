@@ -13,11 +13,16 @@ generators of xla/hlo/builder/lib/prng.cc (ported to h2d_rng.h):
   two words, low word first).
 
 ``jax.random`` with its default threefry implementation emits plain integer ops, and with
-``jax_default_prng_impl='rbg'`` this op."""
+``jax_default_prng_impl='rbg'`` this op.
+
+``stablehlo.rng`` (``lax.rng_uniform``) is stateful and its numbers are implementation-
+defined: each execution draws a new Philox stream of the program (h2d_rng.h), so calls give
+new numbers, as XLA's do, and a fresh process repeats the sequence."""
 
 from __future__ import annotations
 
 import math
+import zlib
 from pathlib import Path
 
 from .. import ir
@@ -141,3 +146,47 @@ def _philox(b: Builder, values, n: int, bits: int, element: dtypes.ElementType,
         b.indexed_map_into("philox", space, values, {"__st": source}, {},
                            "\n".join(code), WORK)
     return blocks
+
+
+#: ``stablehlo.rng``'s distributions and the element kinds each accepts
+DISTRIBUTIONS = {"UNIFORM": "integers, bool and floats", "NORMAL": "floats"}
+
+
+@register("stablehlo.rng")
+def rng(b: Builder, op: ir.Op) -> None:
+    """UNIFORM: ``[a, b)`` (``a`` when the range is empty; a float that rounds to ``b``
+    becomes ``a``); NORMAL: mean ``a``, standard
+    deviation ``b``, by the Box-Muller transform, computed in double precision."""
+    low, high = op.operands[:2]
+    result = op.result
+    distribution = str(op.attr("rng_distribution"))
+    element = dtypes.of(result.type, op.name, op.location)
+    if distribution not in DISTRIBUTIONS:
+        raise b.unsupported(f"rng_distribution {distribution}", sorted(DISTRIBUTIONS))
+    if element.is_complex or (distribution == "NORMAL" and not element.is_float):
+        raise b.unsupported(f"{distribution} numbers of type {result.type}",
+                            [f"{d}: {kinds}" for d, kinds in DISTRIBUTIONS.items()])
+    b.include_once(HELPERS_CPP)
+    stream = b.add_array("rng_stream", ir.TensorType((1,), "ui64"))
+    b.indexed_map("rng_stream", stream, {}, {}, "__out = h2d::rng::next_stream();")
+    values = b.result_array(result)
+    b.bind(result, values)
+    a, z = element.load("__a"), element.load("__b")
+    if element.is_float and distribution == "UNIFORM":
+        value = f"{a} + ({z} - {a}) * ((double)(__w[0] >> 11) * 0x1p-53)"
+    elif element.is_float:
+        value = (f"{a} + {z} * (std::sqrt(-2.0 * std::log1p(-(double)(__w[0] >> 11) * 0x1p-53))"
+                 " * std::cos(6.283185307179586 * ((double)(__w[1] >> 11) * 0x1p-53)))")
+    else:
+        value = (f"{z} > {a} ? {a} + ({element.compute})(__w[0] % "
+                 f"((uint64_t){z} - (uint64_t){a})) : {a}")
+    op_number = zlib.crc32(stream.name.encode())
+    index = flat_index(result.type.shape, map_params(result.type.rank))
+    code = ["uint64_t __w[2];",
+            f"h2d::rng::stream_words({op_number}ULL, __s, (uint64_t)({index}), __w);",
+            f"{element.compute} __v = {element.fit(f'({element.compute})({value})')};"]
+    if element.is_float and distribution == "UNIFORM":  # rounding may reach the end
+        code.append(f"if (!(__v < {z}) && {a} < {z}) __v = {a};")
+    code.append(f"__out = {element.store('__v')};")
+    b.indexed_map("rng", values, {}, {"__a": b.scalar_operand(low), "__b": b.scalar_operand(high),
+                                      "__s": stream}, "\n".join(code), WORK)

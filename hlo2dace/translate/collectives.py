@@ -1,0 +1,84 @@
+"""Sharding annotations and collectives of a program that runs as one process.
+
+A JAX program lowered for one device still carries Shardy annotations (typed PRNG keys and
+``with_sharding_constraint`` add ``sdy.sharding_constraint``) and, once ``shard_map`` over a
+one-device mesh is inlined, collectives whose every group holds a single process. On one
+process these are data movements with nothing to move, so each result is its operand (the
+spec's semantics for groups of one). Groups of several processes need the multi-process
+(MPI) target, which does not exist yet: they are refused with the group size, never run
+as if alone."""
+
+from __future__ import annotations
+
+from .. import ir
+from . import dtypes
+from .builder import Builder, Literal
+from .custom_call import CustomCall, register_target
+from .registry import register
+
+#: collectives whose result, for a group of one process, is the operand itself
+_OPERAND_IS_RESULT = ("stablehlo.all_reduce", "stablehlo.all_gather",
+                      "stablehlo.reduce_scatter", "stablehlo.all_to_all",
+                      "stablehlo.collective_broadcast")
+
+
+@register("sdy.sharding_constraint", "sdy.reshard", "sdy.propagation_barrier")
+def sharding_annotation(b: Builder, op: ir.Op) -> None:
+    b.bind(op.result, b.binding(op.operands[0]))
+
+
+@register_target("Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape")
+def sharding_custom_call(b: Builder, call: CustomCall) -> None:
+    """GSPMD's annotations (what JAX emits when Shardy is switched off)."""
+    op = call.op
+    if op.operands[0].type != op.result.type:
+        raise b.unsupported(f"{call.target} from {op.operands[0].type} to {op.result.type} "
+                            "(only a one-device mesh is supported)")
+    b.bind(op.result, b.binding(op.operands[0]))
+
+
+def _groups(b: Builder, op: ir.Op, key: str) -> list[list[int]]:
+    groups = op.attr(key)
+    if groups is None:
+        return []
+    groups = [[int(p) for p in group if p >= 0] for group in groups.array.reshape(
+        groups.array.shape[0] if groups.array.ndim else 1, -1)]
+    largest = max((len(group) for group in groups), default=0)
+    if largest > 1:
+        raise b.unsupported(f"a collective over groups of {largest} processes: hlo2dace runs "
+                            "a program as one process (a multi-process target is planned)")
+    return groups
+
+
+@register(*_OPERAND_IS_RESULT)
+def single_process_collective(b: Builder, op: ir.Op) -> None:
+    _groups(b, op, "replica_groups")
+    for operand, result in zip(op.operands, op.results):
+        if operand.type != result.type:
+            raise b.unsupported(f"{operand.type} -> {result.type} on one process")
+        b.bind(result, b.binding(operand))
+
+
+@register("stablehlo.collective_permute")
+def collective_permute(b: Builder, op: ir.Op) -> None:
+    """A process that receives nothing gets zeros; on one process it receives its own
+    operand only if the pair (0, 0) is listed."""
+    pairs = op.attr("source_target_pairs").array.reshape(-1, 2)
+    if any(int(p) != 0 for p in pairs.reshape(-1)):
+        raise b.unsupported(f"source_target_pairs {pairs.tolist()}: only process 0 exists "
+                            "(a multi-process target is planned)")
+    result = op.result
+    if len(pairs):
+        b.bind(result, b.binding(op.operands[0]))
+        return
+    b.bind(result, _zeros(op))
+
+
+@register("stablehlo.replica_id", "stablehlo.partition_id")
+def process_id(b: Builder, op: ir.Op) -> None:
+    b.bind(op.result, _zeros(op))
+
+
+def _zeros(op: ir.Op) -> Literal:
+    element = dtypes.of(op.result.type, op.name, op.location)
+    return Literal(element.numpy.type(0), op.result.type)
