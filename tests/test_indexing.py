@@ -7,6 +7,7 @@ duplicate updates are combined; and random dimension numbers written as StableHL
 
 from __future__ import annotations
 
+import dace
 import jax
 import jax.numpy as jnp
 import ml_dtypes
@@ -77,6 +78,41 @@ def test_numpy_indexing_and_updates(dtype):
     # multiply, and hlo2dace, round each product): a few ULP apart
     tolerances = {"['mul']": 4} if dtype == np.complex64 else None
     assert_matches_jax(f, x, u, r, i, j, tolerances=tolerances)
+
+
+#: ``.at[]`` updates with static indices: name -> (update, whether the indices make a
+#: strided box that ``_strided_window`` turns into a plain copy)
+STATIC_UPDATES = {
+    "slice": (lambda x, u: x.at[1:3, ::2].set(u[:2, :2]), True),
+    "row_max": (lambda x, u: x.at[1].max(u[0]), True),
+    "column": (lambda x, u: x.at[:, 1].set(u[:5, 0]), True),
+    "negative": (lambda x, u: x.at[-1, -2:].set(u[0, :2]), True),
+    "reversed": (lambda x, u: x.at[::-1, 0].set(u[:5, 1]), True),
+    "window_max": (lambda x, u: x.at[2:4, 1:4].max(u[:2, :3]), True),
+    "constant_list": (lambda x, u: x.at[jnp.array([0, 2, 4])].min(u[:3]), True),
+    "scalar": (lambda x, u: x.at[4, 3].set(u[1, 1]), True),
+    "duplicates": (lambda x, u: x.at[jnp.array([1, 1, 3])].set(u[:3]), False),
+    "out_of_bounds": (lambda x, u: x.at[jnp.array([1, 7])].set(u[:2], mode="drop"), False),
+    "unordered": (lambda x, u: x.at[jnp.array([3, 0, 1])].max(u[:3]), False),
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
+def test_static_updates_are_strided_copies(dtype):
+    """Static ``.at[]`` indices are evaluated while translating: a strided box of distinct
+    elements becomes one map with no index arithmetic; other static indices (duplicates,
+    dropped windows, no common stride) keep the general scatter."""
+    x, u = sample(dtype, (5, 4)), sample(dtype, (9, 4), seed=2)
+
+    def f(x, u):
+        return {name: update(x, u) for name, (update, _) in STATIC_UPDATES.items()}
+
+    assert_matches_jax(f, x, u)
+    for name, (update, strided) in STATIC_UPDATES.items():
+        sdfg = hlo2dace.jit(update).lower(x, u).as_sdfg()
+        code = [node.code.as_string for node, _ in sdfg.all_nodes_recursive()
+                if isinstance(node, dace.nodes.Tasklet) and "scatter" in node.label]
+        assert code and any("__start" in c for c in code) != strided, name
 
 
 @pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int16, np.uint16, np.int32,

@@ -189,12 +189,15 @@ class Scope:
     uses: dict[str, list[ir.Op]]
     #: values that must end in a specific array (function results)
     destinations: dict[str, str] = field(default_factory=dict)
+    #: value name -> the op of the block that computes it
+    producers: dict[str, ir.Op] = field(default_factory=dict)
 
     @classmethod
     def of(cls, env: ChainMap, block: ir.Block, destinations=None,
            returned: Sequence[int] | None = None) -> Scope:
         ops = live_ops(block, returned)
-        return cls(env, ops, collect_uses(ops), dict(destinations or {}))
+        producers = {result.name: op for op in ops for result in op.results}
+        return cls(env, ops, collect_uses(ops), dict(destinations or {}), producers)
 
 
 def live_ops(block: ir.Block, returned: Sequence[int] | None = None) -> list[ir.Op]:

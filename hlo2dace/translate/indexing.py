@@ -25,10 +25,12 @@ from .builder import (
     Literal,
     View,
     flat_index,
+    index_expressions,
     map_params,
     schedule_for,
 )
 from .fusion import scalar_region
+from .known import known_value
 from .literals import literal
 from .registry import register
 from .shape import clamped_starts
@@ -149,6 +151,97 @@ def gather(b: Builder, op: ir.Op) -> None:
 # ------------------------------------------------------------------------- scatter
 
 
+def _strided_window(b: Builder, op: ir.Op, numbers: dict, window_of: dict[int, int],
+                    window_sizes: Sequence[int]) -> list[tuple[int, int, int | None]] | None:
+    """For indices known at translation time that place every update element at
+    ``offset + stride * u[dim]`` along each operand dimension (one update dimension per
+    operand dimension, each at most once, all windows in bounds): those ``(offset,
+    stride, dim)`` (``dim`` None: a constant position). Such a scatter updates a strided
+    box of distinct elements, as ``x.at[2:5]``, ``x.at[::2]`` or ``x.at[:, 1]`` do."""
+    n = (len(op.operands) - 1) // 2
+    indices, updates = op.operands[n], op.operands[n + 1]
+    starts = known_value(b, indices)
+    if starts is None:
+        return None
+    shape, update_shape = op.operands[0].type.shape, updates.type.shape
+    window_dims = numbers.get("update_window_dims", ())
+    scatter_dims = [d for d in range(len(update_shape)) if d not in window_dims]
+    to_operand = numbers.get("scatter_dims_to_operand_dims", ())
+    ivd = numbers.get("index_vector_dim", 0)
+    batch = np.indices([update_shape[d] for d in scatter_dims], dtype=np.int64)
+    # the start of each update's window along each operand dimension, over the scatter dims
+    start = [np.zeros(batch.shape[1:], np.int64) for _ in shape]
+    for k, d in enumerate(to_operand):
+        position = list(batch)
+        if ivd < indices.type.rank:
+            position.insert(ivd, np.full(batch.shape[1:], k))
+        start[d] = np.asarray(starts[tuple(position)], np.int64)
+        if not ((start[d] >= 0) & (start[d] <= shape[d] - window_sizes[d])).all():
+            return None  # a dropped window: the general path drops it
+    input_batching = numbers.get("input_batching_dims", ())
+    for d, d_start in zip(input_batching, numbers.get("scatter_indices_batching_dims", ())):
+        start[d] = start[d] + batch[d_start - (d_start > ivd)]
+    boxes, used = [], set()
+    for d, values in enumerate(start):
+        offset = int(values.reshape(-1)[0]) if values.size else 0
+        steps = {}
+        for axis, u in enumerate(scatter_dims):
+            if update_shape[u] > 1:
+                step = int(np.take(values, 1, axis=axis).reshape(-1)[0]
+                           - np.take(values, 0, axis=axis).reshape(-1)[0])
+                if step:
+                    steps[u] = step
+        if d in window_of and update_shape[window_of[d]] > 1:
+            steps[window_of[d]] = steps.get(window_of[d], 0) + 1
+        affine = offset + sum(step * batch[scatter_dims.index(u)] for u, step in steps.items()
+                              if u in scatter_dims)
+        if len(steps) > 1 or used & set(steps) or not (values == affine).all():
+            return None
+        used |= set(steps)
+        ((dim, stride),) = steps.items() if steps else ((None, 0),)
+        boxes.append((offset, stride, dim))
+    if any(n > 1 and u not in used for u, n in enumerate(update_shape)):
+        return None  # updates that meet: the general path combines them in order
+    return boxes
+
+
+def _update_strided(b: Builder, op: ir.Op, targets: Sequence[Array],
+                    boxes: Sequence[tuple[int, int, int | None]]) -> None:
+    """The scatter as one map over the updates that applies the body to the elements of
+    the strided box ``boxes`` (see ``_strided_window``): no index arithmetic at run time."""
+    n = len(targets)
+    updates, region = op.operands[n + 1:], op.regions[0].entry
+    rank = updates[0].type.rank
+    params = map_params(rank)
+    position = ", ".join(str(offset) if dim is None else
+                         f"{offset} + {stride} * {params[dim]}" if stride != 1 or offset else
+                         params[dim] for offset, stride, dim in boxes) or "0"
+    inputs, names = {}, []
+    for k, value in enumerate(updates):
+        binding = b.operand(value)
+        element = dtypes.of(value.type)
+        if isinstance(binding, Literal):
+            names.append(f"({literal(binding.value, element)})")
+            continue
+        data = binding.source.name if isinstance(binding, View) else binding.name
+        subset = ", ".join(index_expressions(binding, rank))
+        inputs[f"__x{k}"] = dace.Memlet(f"{data}[{subset}]")
+        names.append(element.load(f"__x{k}"))
+    current = []
+    for k, target in enumerate(targets):
+        # read even where the body ignores it: orders the map after the operand's copy
+        inputs[f"__c{k}"] = dace.Memlet(f"{target.name}[{position}]")
+        current.append(dtypes.of(target.type).load(f"__c{k}"))
+    saved = b.current_op
+    body, returned = scalar_region(b, region, current + names, "__v")
+    b.current_op = saved
+    elements = [dtypes.of(target.type) for target in targets]
+    code = body + [f"__r{k} = {e.store(r)};" for k, (e, r) in enumerate(zip(elements, returned))]
+    b.mapped_tasklet("scatter", updates[0].type, inputs, "\n".join(code),
+                     {f"__r{k}": dace.Memlet(f"{target.name}[{position}]")
+                      for k, target in enumerate(targets)})
+
+
 def _order_free(region: ir.Region, element: dtypes.ElementType) -> bool:
     """Whether the body is one associative, commutative op of its two arguments whose
     result is exact in ``element`` (so concurrent updates may apply in any order)."""
@@ -221,6 +314,10 @@ def scatter(b: Builder, op: ir.Op) -> None:
             window_of[d] = next(free)
     window_sizes = [update_shape[window_of[d]] if d in window_of else 1
                     for d in range(len(shape))]
+    strided = _strided_window(b, op, numbers, window_of, window_sizes)
+    if strided is not None:
+        _update_strided(b, op, targets, strided)
+        return
     result_bytes = targets[0].type.size * elements[0].storage_numpy.itemsize
     worth_threads = schedule_for(update_shape) != dace.ScheduleType.Sequential
     atomic = (worth_threads and n == 1 and _order_free(op.regions[0], elements[0])
