@@ -17,7 +17,6 @@ def _each(reason: str, *ids: str) -> dict[str, str]:
 # ---------------------------------------------------------------- ops not translated yet
 SCAN = ("chlo.scan: its legalisation slices with stablehlo.real_dynamic_slice, a dynamic-shape "
         "op: issue 7 (dynamic shapes)")
-MAP = "map (a region applied element by element): not translated yet"
 DYNAMIC = "dynamic shapes (dynamic_* ops with shape operands): issue 7"
 
 # ------------------------------------------------------------------ types not supported
@@ -49,10 +48,6 @@ EXPECTED_FAILURES: dict[str, str] = {
         "chlo/scan.mlir::scan_cumsum_dim1",
         "chlo/scan.mlir::scan_cummax",
         "chlo/scan.mlir::scan_cumsum_reverse",
-    ),
-    **_each(
-        MAP,
-        "map.mlir::map_op_test_si64",
     ),
     **_each(
         DYNAMIC,

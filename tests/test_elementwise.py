@@ -687,3 +687,49 @@ def test_chlo_special_functions(dtype):
     rtol = 1e-5 if dtype == np.float32 else 1e-13
     # XLA simplifies acosh(-0.0 + 1)'s inner (y - 1) back to -0.0 and returns -0.0
     assert_matches_jax(f, x, rtol=rtol, atol=rtol, signed_zeros=False)
+
+
+MAP = """
+func.func @main(%x: tensor<3x4xf32>, %n: tensor<3x4xi32>, %e: tensor<0x2xf16>)
+    -> (tensor<3x4xf32>, tensor<3x4xi32>, tensor<0x2xf16>) {
+  %0 = "stablehlo.map"(%x, %n) ({
+  ^bb0(%a: tensor<f32>, %k: tensor<i32>):
+    %c = stablehlo.constant dense<2.5> : tensor<f32>
+    %f = stablehlo.convert %k : (tensor<i32>) -> tensor<f32>
+    %m = stablehlo.multiply %a, %f : tensor<f32>
+    %s = stablehlo.add %m, %c : tensor<f32>
+    %t = stablehlo.maximum %s, %a : tensor<f32>
+    stablehlo.return %t : tensor<f32>
+  }) {dimensions = array<i64: 0, 1>} : (tensor<3x4xf32>, tensor<3x4xi32>) -> tensor<3x4xf32>
+  %1 = "stablehlo.map"(%n) ({
+  ^bb0(%k: tensor<i32>):
+    %m = stablehlo.multiply %k, %k : tensor<i32>
+    stablehlo.return %m : tensor<i32>
+  }) {dimensions = array<i64: 0, 1>} : (tensor<3x4xi32>) -> tensor<3x4xi32>
+  %2 = "stablehlo.map"(%e, %e) ({
+  ^bb0(%a: tensor<f16>, %b: tensor<f16>):
+    %s = stablehlo.add %a, %b : tensor<f16>
+    stablehlo.return %s : tensor<f16>
+  }) {dimensions = array<i64: 0, 1>} : (tensor<0x2xf16>, tensor<0x2xf16>) -> tensor<0x2xf16>
+  return %0, %1, %2 : tensor<3x4xf32>, tensor<3x4xi32>, tensor<0x2xf16>
+}
+"""
+
+
+def test_map():
+    """``stablehlo.map``: a region applied element by element, NaN and wrapping included."""
+    x = np.array([[1.5, -2.0, np.nan, -0.0], [np.inf, 3.0, -np.inf, 7.25],
+                  [0.5, -1e30, 1e30, 2.0]], np.float32)
+    n = np.array([[2, -3, 1, 0], [1, 0, 5, 2**16], [7, 8, -9, 2**20]], np.int32)
+    e = np.zeros((0, 2), np.float16)
+    expected = run_module(MAP, [x, n, e])
+    actual = hlo2dace.compile_text(MAP)(x, n, e)
+    for k, (want, got) in enumerate(zip(expected, actual)):
+        assert_arrays_match(want, got, where=f"result {k}")
+
+
+def test_map_with_a_non_elementwise_body_is_refused():
+    text = MAP.replace("%t = stablehlo.maximum %s, %a : tensor<f32>",
+                       "%t = stablehlo.reverse %s, dims = [] : tensor<f32>")
+    with pytest.raises(UnsupportedError, match="only elementwise ops"):
+        hlo2dace.lower_text(text).as_sdfg()

@@ -537,3 +537,41 @@ func.func @main(%a: tensor<2x3xf32>, %b: tensor<3x2xf32>) -> tensor<2x2xi4> {
     with pytest.raises(UnsupportedError, match=r"`stablehlo.dot_general`.*f32 product "
                                                r"converted to i4"):
         hlo2dace.compile_text(module)
+
+
+def _mlp_parameters(dtype, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    params = {"w1": rng.normal(size=(64, 128)) / 8, "b1": rng.normal(size=128),
+              "w2": rng.normal(size=(128, 10)) / 11, "b2": rng.normal(size=10)}
+    params = {name: value.astype(dtype) for name, value in params.items()}
+    return params, rng.normal(size=(32, 64)).astype(dtype), rng.integers(0, 10, 32)
+
+
+def _mlp(params, x, accumulate=None):
+    def dense(a, w, bias):
+        return jnp.matmul(a, w, preferred_element_type=accumulate).astype(a.dtype) + bias
+
+    hidden = jax.nn.gelu(dense(x, params["w1"], params["b1"]))
+    return jax.nn.log_softmax(dense(hidden, params["w2"], params["b2"]))
+
+
+@pytest.mark.parametrize("accumulate", [None, np.float32], ids=["16-bit", "f32-accumulated"])
+@pytest.mark.parametrize("dtype", (ml_dtypes.bfloat16, np.float16), ids=dtype_id)
+def test_16_bit_mlp_training_step(dtype, accumulate):
+    """An MLP layer pair in bf16/f16 and one SGD step through jax.grad: every op rounds to
+    the 16-bit type as XLA's does; products accumulate in f32 in both but in another order
+    (OpenBLAS vs Eigen), which moves a rounded value by an ULP and, after log_softmax's
+    cancellation, by an ULP of its operands (log-probabilities of magnitude up to ~4)."""
+    params, x, labels = _mlp_parameters(dtype)
+
+    def step(params, x, labels):
+        def loss(params):
+            log_probabilities = _mlp(params, x, accumulate)
+            return -jnp.mean(jnp.take_along_axis(log_probabilities, labels[:, None], axis=1))
+
+        value, grads = jax.value_and_grad(loss)(params)
+        return value, _mlp(params, x, accumulate), jax.tree.map(
+            lambda w, g: w - 0.1 * g, params, grads)
+
+    assert_matches_jax(step, params, x, labels, ulp=2,
+                       atol=4 * float(ml_dtypes.finfo(dtype).eps))

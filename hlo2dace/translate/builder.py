@@ -466,6 +466,24 @@ class Builder:
         self.mapped_tasklet("copy", t, inputs, code,
                             {"__out": dace.Memlet(f"{target.name}[{out_subset}]")})
 
+    def element_reads(self, values: Sequence[ir.Value], rank: int, prefix: str = "__in"
+                      ) -> tuple[dict[str, dace.Memlet], list[str]]:
+        """Memlets (connectors ``prefix0, prefix1, ...``) and C++ expressions in compute
+        types that read each of ``values`` at the point ``__i0..`` of a map over a shape of
+        ``rank`` dimensions; splat literals become literals."""
+        inputs, expressions = {}, []
+        for k, value in enumerate(values):
+            binding = self.operand(value)
+            element = dtypes.of(value.type)
+            if isinstance(binding, Literal):
+                expressions.append(f"({literal(binding.value, element)})")
+                continue
+            data = binding.source.name if isinstance(binding, View) else binding.name
+            subset = ", ".join(index_expressions(binding, rank))
+            inputs[f"{prefix}{k}"] = dace.Memlet(f"{data}[{subset}]")
+            expressions.append(element.load(f"{prefix}{k}"))
+        return inputs, expressions
+
     def indexed_map(self, label: str, target: Union[Array, Sequence[Array]],
                     arrays: dict[str, Array], scalars: dict[str, Union[Array, Literal]],
                     code: str, work_per_element: int = 1) -> None:

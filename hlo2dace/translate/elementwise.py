@@ -1,16 +1,21 @@
 """Elementwise ops: one table of C++ expression templates over the operands' compute-type
 expressions. The semantics that C++ does not give for free (wrapping integer arithmetic,
 division by zero, out-of-range shifts, NaN-propagating max/min, XLA's float-to-int
-conversion...) live in ``h2d_ops.h``. The builder fuses these ops; see ``fusion.py``."""
+conversion...) live in ``h2d_ops.h``. The builder fuses these ops; see ``fusion.py``.
+``stablehlo.map`` applies a region of such ops element by element."""
 
 from __future__ import annotations
 
+import dace
 import ml_dtypes
 
+from .. import ir
 from ..errors import UnsupportedError
+from .builder import Builder, map_params
 from .dtypes import ElementType, element_type
+from .fusion import scalar_region
 from .literals import literal
-from .registry import register_elementwise
+from .registry import register, register_elementwise
 
 #: op -> C++ template; ``{0}``, ``{1}``... are the operands. Ops whose expression depends
 #: on attributes or types are functions below.
@@ -212,3 +217,24 @@ for _name, _template in TEMPLATES.items():
 for _name, _function in FUNCTIONS.items():
     register_elementwise(f"stablehlo.{_name}", _function,
                          when=_same_width if _name == "bitcast_convert" else None)
+
+
+@register("stablehlo.map")
+def map_(b: Builder, op: ir.Op) -> None:
+    """One map whose tasklet is the region's ops on the operands' elements."""
+    t = op.result.type
+    if tuple(int(d) for d in op.attr("dimensions", ())) != tuple(range(t.rank)):
+        raise b.unsupported(f"dimensions {list(op.attr('dimensions', ()))} (the spec allows "
+                            f"only all of them, in order: {list(range(t.rank))})")
+    target = b.result_array(op.result)
+    b.bind(op.result, target)
+    if t.size == 0:
+        return
+    inputs, arguments = b.element_reads(op.operands, t.rank)
+    saved = b.current_op
+    body, (returned,) = scalar_region(b, op.regions[0].entry, arguments, "__v")
+    b.current_op = saved
+    element = element_type(t.element, op.name, op.location)
+    out = ", ".join(map_params(t.rank)) or "0"
+    b.mapped_tasklet("map", t, inputs, "\n".join(body + [f"__out = {element.store(returned)};"]),
+                     {"__out": dace.Memlet(f"{target.name}[{out}]")})

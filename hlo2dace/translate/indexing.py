@@ -25,7 +25,6 @@ from .builder import (
     Literal,
     View,
     flat_index,
-    index_expressions,
     map_params,
     schedule_for,
 )
@@ -216,17 +215,7 @@ def _update_strided(b: Builder, op: ir.Op, targets: Sequence[Array],
     position = ", ".join(str(offset) if dim is None else
                          f"{offset} + {stride} * {params[dim]}" if stride != 1 or offset else
                          params[dim] for offset, stride, dim in boxes) or "0"
-    inputs, names = {}, []
-    for k, value in enumerate(updates):
-        binding = b.operand(value)
-        element = dtypes.of(value.type)
-        if isinstance(binding, Literal):
-            names.append(f"({literal(binding.value, element)})")
-            continue
-        data = binding.source.name if isinstance(binding, View) else binding.name
-        subset = ", ".join(index_expressions(binding, rank))
-        inputs[f"__x{k}"] = dace.Memlet(f"{data}[{subset}]")
-        names.append(element.load(f"__x{k}"))
+    inputs, names = b.element_reads(updates, rank, "__x")
     current = []
     for k, target in enumerate(targets):
         # read even where the body ignores it: orders the map after the operand's copy
