@@ -170,22 +170,23 @@ class JitFunction:
     def _signature(self, args, kwargs):
         import jax
 
-        dynamic_args, dynamic_kwargs, statics = self._split(args, kwargs)
+        if kwargs or self._static_argnums:
+            dynamic_args, dynamic_kwargs, statics = self._split(args, kwargs)
+        else:  # the common case, without the copies
+            dynamic_args, dynamic_kwargs, statics = list(args), {}, ((), ())
         leaves, tree = jax.tree_util.tree_flatten((dynamic_args, dynamic_kwargs))
         abstract = tuple(_abstract(leaf) for leaf in leaves)
         return (tree, abstract, statics, bool(jax.config.jax_enable_x64)), leaves
 
     def lower(self, *args, **kwargs) -> JitLowered:
-        import jax
 
-        lowered = self._jitted.lower(*args, **kwargs)
+        traced = self._jitted.trace(*args, **kwargs)
+        lowered = traced.lower()
         name = getattr(self._fun, "__name__", "program")
-        key_types = tuple(info.dtype if _is_key(info.dtype) else None
-                          for info in jax.tree_util.tree_leaves(lowered.out_info))
-        return JitLowered(normalize(lowered), name, lowered.out_tree, key_types)
+        return JitLowered(normalize(lowered), name,
+                          _Results(lowered.out_tree, traced.jaxpr.out_avals))
 
     def __call__(self, *args, **kwargs):
-        import jax
 
         key, leaves = self._signature(args, kwargs)
         entry = self._cache.get(key)
@@ -194,24 +195,50 @@ class JitFunction:
                 entry = self._cache.get(key)
                 if entry is None:
                     lowered = self.lower(*args, **kwargs)
-                    entry = self._cache[key] = (lowered.compile(), lowered.out_tree,
-                                                lowered.out_key_types)
-        compiled, out_tree, out_key_types = entry
+                    entry = self._cache[key] = (lowered.compile(), lowered.results)
+        compiled, results = entry
         specs = compiled.program.arguments
         arrays = [_as_array(leaf, spec) for leaf, spec in zip(leaves, specs)]
-        results = [jax.device_put(r) for r in compiled.call_flat(arrays)]
-        results = [r if key_type is None else jax.random.wrap_key_data(r, impl=key_type._impl)
-                   for r, key_type in zip(results, out_key_types)]
-        return jax.tree_util.tree_unflatten(out_tree, results)
+        return results.wrap(compiled.call_flat(arrays))
 
 
 class JitLowered(Lowered):
     """A lowering by ``hlo2dace.jit``: also knows how to rebuild the Python results."""
 
-    def __init__(self, normalized: NormalizedModule, name: str, out_tree, out_key_types=()):
+    def __init__(self, normalized: NormalizedModule, name: str, results: _Results):
         super().__init__(normalized, name)
-        self.out_tree = out_tree
-        self.out_key_types = out_key_types
+        self.results = results
+
+
+class _Results:
+    """Turns the compiled code's NumPy results into what ``jax.jit`` returns: ``jax.Array``s
+    with the avals (weak types included) of the lowering, typed PRNG keys, in its pytree.
+    Each array is put on the CPU device by jaxlib's ``batched_device_put`` with the aval
+    and sharding made here once: ``jax.device_put`` costs ten times as much per call."""
+
+    def __init__(self, tree, avals):
+        import jax
+        from jax.sharding import SingleDeviceSharding
+
+        self.tree = tree
+        self.device = jax.devices("cpu")[0]
+        self.sharding = SingleDeviceSharding(self.device)
+        self.leaves = [(aval.dtype, None) if _is_key(aval.dtype) else (None, aval)
+                       for aval in avals]
+
+    def wrap(self, arrays: Sequence[np.ndarray]):
+        import jax
+        from jax._src.lib import xla_client
+
+        put = xla_client.batched_device_put
+        results = []
+        for array, (key_type, aval) in zip(arrays, self.leaves):
+            if key_type is not None:
+                results.append(jax.random.wrap_key_data(jax.device_put(array),
+                                                        impl=key_type._impl))
+            else:
+                results.append(put(aval, self.sharding, [array], [self.device], False, False))
+        return jax.tree_util.tree_unflatten(self.tree, results)
 
 
 def _abstract(leaf: Any):
@@ -228,9 +255,11 @@ def _abstract(leaf: Any):
 
 def _is_key(dtype: Any) -> bool:
     """Typed PRNG keys (``jax.random.key``): StableHLO sees their uint32 key data."""
+    if dtype is None or isinstance(dtype, np.dtype):
+        return False
     import jax
 
-    return dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
+    return jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
 
 
 def _as_array(leaf: Any, spec: runtime.TensorSpec) -> np.ndarray:

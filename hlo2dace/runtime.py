@@ -13,6 +13,7 @@ The cache location is ``$HLO2DACE_CACHE_DIR``, else ``$XDG_CACHE_HOME/hlo2dace``
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import fcntl
 import hashlib
 import json
@@ -91,6 +92,9 @@ class TensorSpec:
         return self.shape if self.shape else (1,)
 
     def to_storage(self, array: np.ndarray) -> np.ndarray:
+        if (self.dtype == self.storage and self.shape and array.dtype == self.storage
+                and array.flags.c_contiguous):
+            return array  # the common case: already what the compiled code reads
         dtype, storage = np.dtype(self.dtype), np.dtype(self.storage)
         if array.dtype != dtype:
             array = array.astype(dtype)
@@ -138,7 +142,14 @@ class Program:
         self._call_lock = threading.Lock()
         self.arguments = tuple(arguments)
         self.results = tuple(results)
+        # what every call checks and allocates, made once
+        self._argument_dtypes = [np.dtype(spec.dtype) for spec in self.arguments]
+        self._output_layouts = [(spec.storage_shape, np.dtype(spec.storage))
+                                for spec in self.results]
         self._constants = constants
+        #: per C argument: the position of its array in a call's arguments + results, or
+        #: the pointer of a constant (None: not prepared yet; empty: DaCe's marshalling)
+        self._slots: list[int | ctypes.c_void_p] | None = None
         self.folder = folder
         #: True if this process built the binary, False if it came from the disk cache
         self.built = built
@@ -148,31 +159,71 @@ class Program:
         if len(arrays) != len(self.arguments):
             raise ArgumentError(f"expected {len(self.arguments)} arguments, got {len(arrays)}")
         converted = []
-        for i, (array, spec) in enumerate(zip(arrays, self.arguments)):
+        for i, (array, spec, dtype) in enumerate(zip(arrays, self.arguments,
+                                                     self._argument_dtypes)):
             array = np.asarray(array)
-            if tuple(array.shape) != spec.shape:
+            if array.shape != spec.shape:
                 raise ArgumentError(f"argument {i}: expected shape {spec.shape}, got "
                                     f"{tuple(array.shape)}")
-            if array.dtype != np.dtype(spec.dtype):
+            if array.dtype != dtype:
                 raise ArgumentError(f"argument {i}: expected dtype {np.dtype(spec.dtype).name}, "
                                     f"got {array.dtype.name}")
             converted.append(spec.to_storage(array))
         return converted
 
     def __call__(self, *arrays: Any) -> list[np.ndarray]:
-        configure_dace()
-        kwargs = dict(self._constants)
-        for spec, array in zip(self.arguments, self.check(arrays)):
-            kwargs[spec.name] = array
-        outputs = []
-        for spec in self.results:
-            out = np.empty(spec.storage_shape, dtype=np.dtype(spec.storage))
-            kwargs[spec.name] = out
-            outputs.append(out)
-        # zero-size arrays are passed as they are: DaCe accepts them, the code skips them
+        inputs = self.check(arrays)
+        outputs = [_empty(shape, dtype) for shape, dtype in self._output_layouts]
+        buffers = inputs + outputs
         with self._call_lock:
-            self._compiled(**kwargs)
+            if self._slots is None:
+                self._prepare(buffers)
+            if self._slots:
+                self._cfunc(self._handle, *[buffers[slot].__array_interface__["data"][0]
+                                            if isinstance(slot, int) else slot
+                                            for slot in self._slots])
+            else:  # arguments that are not all arrays: DaCe's own marshalling
+                self._compiled(**self._named(buffers))
         return [spec.from_storage(out) for spec, out in zip(self.results, outputs)]
+
+    def _named(self, buffers: list[np.ndarray]) -> dict[str, Any]:
+        names = [spec.name for spec in self.arguments + self.results]
+        return {**self._constants, **dict(zip(names, buffers))}
+
+    def _prepare(self, buffers: list[np.ndarray]) -> None:
+        """Initialise the library through DaCe once, then call its entry point directly:
+        each argument of the C signature is a pointer, taken from the call's arrays (their
+        position in ``buffers``) or, for constants, made once here."""
+        import dace
+
+        compiled = self._compiled
+        compiled.initialize(**self._named(buffers))
+        position = {spec.name: k for k, spec in enumerate(self.arguments + self.results)}
+        slots: list[int | ctypes.c_void_p] = []
+        for name in compiled._sig:
+            if not isinstance(compiled._typedict[name], dace.data.Array):
+                self._slots = []
+                return
+            slots.append(position[name] if name in position else
+                         ctypes.c_void_p(self._constants[name].ctypes.data))
+        self._cfunc, self._handle = compiled._cfunc, compiled._libhandle
+        # pointers as plain ints: ctypes converts them without c_void_p objects
+        self._cfunc.argtypes = [ctypes.c_void_p] * (1 + len(slots))
+        self._slots = slots
+
+
+#: results this large are allocated on 64-byte boundaries: jaxlib then wraps them in a
+#: jax.Array without a copy (smaller ones it copies faster than it aliases them)
+ALIGNED_BYTES = 1 << 16
+
+
+def _empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    size = int(np.prod(shape)) * dtype.itemsize
+    if size < ALIGNED_BYTES:
+        return np.empty(shape, dtype)
+    raw = np.empty(size + 64, np.uint8)
+    start = -raw.ctypes.data % 64
+    return raw[start:start + size].view(dtype).reshape(shape)
 
 
 def _load(folder: Path, built: bool, sdfg: Any = None) -> Program:

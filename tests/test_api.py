@@ -86,6 +86,29 @@ def test_results_are_jax_arrays():
     assert all(isinstance(o, jax.Array) for o in out)
 
 
+def test_weak_types_match_jax_jit():
+    """Results carry the lowering's avals: a Python-scalar result stays weakly typed."""
+    fun = lambda x: (x * 2, 3.0)  # noqa: E731
+    expected, actual = jax.jit(fun)(np.float32(1.5)), hlo2dace.jit(fun)(np.float32(1.5))
+    assert [a.weak_type for a in actual] == [e.weak_type for e in expected]
+
+
+def test_prepared_call_path_gives_fresh_results():
+    """After the first call the library is called directly (no DaCe marshalling); every
+    call returns new arrays, large ones wrapped as jax.Arrays without a copy."""
+    fun = hlo2dace.jit(lambda x: (x + 1.0, x[:3] * 2.0))
+    x = np.arange(1 << 16, dtype=np.float32)
+    first = fun(x)
+    program = fun.lower(x).compile().program
+    assert program._slots and all(isinstance(s, int) for s in program._slots)
+    second = fun(x + 1.0)
+    np.testing.assert_array_equal(first[0], x + 1.0)
+    np.testing.assert_array_equal(second[0], x + 2.0)
+    np.testing.assert_array_equal(first[1], x[:3] * 2.0)
+    assert first[0].unsafe_buffer_pointer() != second[0].unsafe_buffer_pointer()
+    assert first[0].unsafe_buffer_pointer() % 64 == 0
+
+
 def test_lowered_stages(seed_args):
     lowered = hlo2dace.jit(seed).lower(*seed_args)
     text = lowered.as_text()

@@ -182,7 +182,8 @@ def test_composite_runs_its_decomposition():
     x = np.linspace(-1.0, 1.0, 9)
     lowered = hlo2dace.jit(lambda x: tangent(x) * 2.0).lower(x)
     assert "stablehlo.composite" not in lowered.as_text()
-    assert_matches_jax(lambda x: tangent(x) * 2.0, x, ulp=1)
+    # sin and cos: libmvec's SIMD versions, up to 3 ULP each (docs/vector-math.md)
+    assert_matches_jax(lambda x: tangent(x) * 2.0, x, ulp=8)
 
 
 # ------------------------------------------------------------------------ loops

@@ -584,11 +584,33 @@ class Builder:
                 self.state.add_edge(tasklet, conn, output_nodes[memlet.data], None, memlet)
             return tasklet
         ranges = {p: f"0:{n}" for p, n in zip(map_params(len(shape)), shape)}
-        tasklet, _, _ = self.state.add_mapped_tasklet(
+        tasklet, entry, exit_ = self.state.add_mapped_tasklet(
             self.fresh(label), ranges, inputs, code, outputs, language=dace.Language.CPP,
             external_edges=True, input_nodes=input_nodes, output_nodes=output_nodes,
-            schedule=schedule, debuginfo=self.debuginfo())
+            schedule=schedule, debuginfo=self.debuginfo(), propagate=False)
+        self.propagate_map(entry, exit_)
         return tasklet
+
+    def propagate_map(self, entry: dace.nodes.MapEntry, exit_: dace.nodes.MapExit) -> None:
+        """The outer memlets of a new top-level map. DaCe's own propagation looks up the
+        map's scope in the whole state, which made translation quadratic in the number of
+        ops; a map made here is never nested, so only the SDFG's symbols are defined."""
+        from dace.sdfg.propagation import propagate_subset
+
+        state, the_map = self.state, entry.map
+        defined = [dace.symbolic.pystr_to_symbolic(name)
+                   for name in (*self.sdfg.symbols, *self.sdfg.constants)]
+        paths = ([(e, [i for i in state.out_edges(entry) if i.src_conn == "OUT_" + e.dst_conn[3:]],
+                   False) for e in state.in_edges(entry) if e.dst_conn] +
+                 [(e, [i for i in state.in_edges(exit_) if i.dst_conn == "IN_" + e.src_conn[4:]],
+                   True) for e in state.out_edges(exit_) if e.src_conn])
+        for outer, inner, use_dst in paths:
+            if outer.data.is_empty():
+                continue
+            memlets = [e.data for e in inner]
+            outer.data = propagate_subset(memlets, self.sdfg.arrays[outer.data.data],
+                                          the_map.params, the_map.range,
+                                          defined_variables=defined, use_dst=use_dst)
 
     # ---------------------------------------------------------------- elementwise
     def add_elementwise(self, op: ir.Op) -> None:

@@ -47,7 +47,7 @@ TEMPLATES = {
     "round_nearest_even": "h2d::round_even({0})",
     "is_finite": "h2d::is_finite({0})",
     "not": "h2d::not_({0})",
-    "select": "({0} ? {1} : {2})",
+    "select": "h2d::select({0}, {1}, {2})",
     "clamp": "h2d::clamp({0}, {1}, {2})",
     "real": "std::real({0})",
     "imag": "std::imag({0})",
@@ -64,7 +64,7 @@ def _remainder(op, args, ins, out: ElementType):
 def _cbrt(op, args, ins, out: ElementType):
     if out.is_complex:  # the spec's principal cube root (XLA rejects it; JAX never emits it)
         return f"std::exp(std::log({args[0]}) / {out.compute}(3))"
-    return f"std::cbrt({args[0]})"
+    return f"h2d::vm::cbrt({args[0]})"
 
 
 def _bitwise(symbol: str, logical: str):

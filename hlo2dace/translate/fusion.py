@@ -128,14 +128,18 @@ def _emit_map(b: Builder, cluster: ElementwiseCluster, outputs: dict) -> None:
             state.add_nedge(entry, tasklet, dace.Memlet())  # keep it inside the map scope
         for source, conn, memlet, external in in_edges:
             if external and entry is not None:
-                state.add_memlet_path(source, entry, tasklet, dst_conn=conn, memlet=memlet)
+                state.add_memlet_path(source, entry, tasklet, dst_conn=conn, memlet=memlet,
+                                      propagate=False)
             else:
                 state.add_edge(source, None, tasklet, conn, memlet)
         for conn, target, memlet, external in out_edges:
             if external and exit_ is not None:
-                state.add_memlet_path(tasklet, exit_, target, src_conn=conn, memlet=memlet)
+                state.add_memlet_path(tasklet, exit_, target, src_conn=conn, memlet=memlet,
+                                      propagate=False)
             else:
                 state.add_edge(tasklet, conn, target, None, memlet)
+    if entry is not None:
+        b.propagate_map(entry, exit_)
 
 
 def _read_pieces(b: Builder, pieces: Pieces, conn: str, element, rank: int, in_conns: dict,

@@ -18,7 +18,51 @@
 #include <xmmintrin.h>
 #endif
 
+// Vector math: glibc's libmvec holds SIMD versions of libm's functions (`_ZGVdN4v_log`:
+// AVX2, four doubles), which glibc declares to GCC only under -ffast-math. These
+// declarations give the same symbols other C++ names and the `simd` attribute, without
+// fast-math, so that GCC vectorises the loops that call them (libm.so links libmvec as
+// needed). Their accuracy is measured in docs/vector-math.md; NaN, infinities and signed
+// zeros come out as libm's do. Elements in a loop's scalar remainder get libm's results.
+#define H2D_VECTOR_MATH(name, double_parameters, float_parameters) \
+    extern "C" double h2d_vm_##name double_parameters __asm__(#name) \
+        __attribute__((simd("notinbranch"), const, nothrow)); \
+    extern "C" float h2d_vm_##name##f float_parameters __asm__(#name "f") \
+        __attribute__((simd("notinbranch"), const, nothrow));
+#define H2D_VECTOR_MATH_1(name) H2D_VECTOR_MATH(name, (double), (float))
+#define H2D_VECTOR_MATH_2(name) H2D_VECTOR_MATH(name, (double, double), (float, float))
+H2D_VECTOR_MATH_1(exp)
+H2D_VECTOR_MATH_1(expm1)
+H2D_VECTOR_MATH_1(log)
+H2D_VECTOR_MATH_1(log1p)
+H2D_VECTOR_MATH_1(sin)
+H2D_VECTOR_MATH_1(cos)
+H2D_VECTOR_MATH_1(tan)
+H2D_VECTOR_MATH_1(tanh)
+H2D_VECTOR_MATH_1(cbrt)
+H2D_VECTOR_MATH_2(atan2)
+H2D_VECTOR_MATH_2(pow)
+#undef H2D_VECTOR_MATH_2
+#undef H2D_VECTOR_MATH_1
+#undef H2D_VECTOR_MATH
+
 namespace h2d {
+
+// ------------------------------------------------------------------ vector math
+// h2d::vm::log(x) and so on: libm's functions for float and double that loops vectorise.
+namespace vm {
+#define H2D_VM_1(name) \
+    inline double name(double a) { return h2d_vm_##name(a); } \
+    inline float name(float a) { return h2d_vm_##name##f(a); }
+#define H2D_VM_2(name) \
+    inline double name(double a, double b) { return h2d_vm_##name(a, b); } \
+    inline float name(float a, float b) { return h2d_vm_##name##f(a, b); }
+H2D_VM_1(exp) H2D_VM_1(expm1) H2D_VM_1(log) H2D_VM_1(log1p) H2D_VM_1(sin) H2D_VM_1(cos)
+H2D_VM_1(tan) H2D_VM_1(tanh) H2D_VM_1(cbrt) H2D_VM_2(atan2) H2D_VM_2(pow)
+#undef H2D_VM_2
+#undef H2D_VM_1
+}  // namespace vm
+
 
 // XLA runs CPU code with denormals flushed to zero (FTZ) and read as zero (DAZ); so do we,
 // for the calling thread during a call and for the OpenMP workers from initialisation on.
@@ -84,6 +128,14 @@ template <typename T> inline T flush(T x) {
     } else if constexpr (is_complex<T>) {
         return T(flush(x.real()), flush(x.imag()));
     } else return x;
+}
+
+// `condition ? a : b` by bits: GCC sinks a call computed for `b` into a branch of a
+// floating-point `?:`, which stops the loop from vectorising; not into this.
+template <typename T> inline T blend(bool condition, T a, T b) {
+    using I = typename bits_of<T>::type;
+    const I mask = I(0) - I(condition);
+    return bit_cast<T>((bit_cast<I>(a) & mask) | (bit_cast<I>(b) & ~mask));
 }
 
 // ------------------------------------------------------------------ 16-bit floats
@@ -272,7 +324,7 @@ template <typename T> inline T pow_(T a, T b) {
         return a || !b;
     } else if constexpr (is_complex<T>) {
         return cx::pow(a, b);
-    } else return std::pow(a, b);
+    } else return vm::pow(a, b);
 }
 
 // ------------------------------------------------------------------ bits
@@ -382,13 +434,18 @@ inline float reduce_precision_f16(float x, int exponent_bits, int mantissa_bits)
 // back unchanged, log and log1p read it as zero (DAZ). XLA's own f32 approximations of exp, log,
 // tanh, rsqrt... differ from the C library's by a few ULP (the tests allow for that).
 template <typename R> inline R rsqrt_r(R a) { return R(1) / std::sqrt(a); }
-template <typename R> inline R expm1_r(R a) { return is_denormal(a) ? a : std::expm1(a); }
-template <typename R> inline R tanh_r(R a) {  // f64: XLA reads a denormal as zero
-    if constexpr (std::is_same_v<R, double>) return std::tanh(flush(a));
-    else return is_denormal(a) ? a : std::tanh(a);
+// Each function is computed unconditionally and then selected, so that loops vectorise.
+template <typename R> inline R expm1_r(R a) {
+    const R r = vm::expm1(a);
+    return is_denormal(a) ? a : r;
 }
-template <typename R> inline R log_r(R a) { return std::log(flush(a)); }
-template <typename R> inline R log1p_r(R a) { return std::log1p(flush(a)); }
+template <typename R> inline R tanh_r(R a) {  // f64: XLA reads a denormal as zero
+    if constexpr (std::is_same_v<R, double>) return vm::tanh(flush(a));
+    const R r = vm::tanh(a);
+    return is_denormal(a) ? a : r;
+}
+template <typename R> inline R log_r(R a) { return vm::log(flush(a)); }
+template <typename R> inline R log1p_r(R a) { return vm::log1p(flush(a)); }
 
 // Complex functions, computed as XLA computes them, in two families:
 // * sqrt, log, log1p and exp: XLA expands these with StableHLO's
@@ -864,7 +921,7 @@ template <typename T> inline T sqrt_(T a) {
     if constexpr (is_complex<T>) return cx::sqrt(a); else return std::sqrt(a);
 }
 template <typename T> inline T exp_(T a) {
-    if constexpr (is_complex<T>) return cx::exp(a); else return std::exp(a);
+    if constexpr (is_complex<T>) return cx::exp(a); else return vm::exp(a);
 }
 template <typename T> inline T expm1_(T a) {
     if constexpr (is_complex<T>) return cx::expm1(a); else return expm1_r(a);
@@ -873,13 +930,17 @@ template <typename T> inline T tanh_(T a) {
     if constexpr (is_complex<T>) return cx::tanh(a); else return tanh_r(a);
 }
 template <typename T> inline T tan_(T a) {
-    if constexpr (is_complex<T>) return cx::tan(a); else return std::tan(a);
+    if constexpr (is_complex<T>) return cx::tan(a);
+    else {  // libmvec flushes tan of the smallest normals to zero: tan(x) rounds to x there
+        constexpr T tiny = T(1) / T(1ULL << (std::numeric_limits<T>::digits / 2 + 1));
+        return blend(std::fabs(a) < tiny, a, vm::tan(a));
+    }
 }
 template <typename T> inline T sin_(T a) {
-    if constexpr (is_complex<T>) return cx::sin(a); else return std::sin(a);
+    if constexpr (is_complex<T>) return cx::sin(a); else return vm::sin(a);
 }
 template <typename T> inline T cos_(T a) {
-    if constexpr (is_complex<T>) return cx::cos(a); else return std::cos(a);
+    if constexpr (is_complex<T>) return cx::cos(a); else return vm::cos(a);
 }
 template <typename T> inline T log_(T a) {
     if constexpr (is_complex<T>) return cx::log(a); else return log_r(a);
@@ -888,13 +949,17 @@ template <typename T> inline T log1p_(T a) {
     if constexpr (is_complex<T>) return cx::log1p(a); else return log1p_r(a);
 }
 template <typename T> inline T atan2_(T a, T b) {
-    if constexpr (is_complex<T>) return cx::atan2(a, b); else return std::atan2(a, b);
+    if constexpr (is_complex<T>) return cx::atan2(a, b); else return vm::atan2(a, b);
 }
 // The exponential inside XLA's own expansion of the logistic op.
 template <typename T> inline T exp_logistic(T a) {
-    if constexpr (is_complex<T>) return cx::exp_mlir(a); else return std::exp(a);
+    if constexpr (is_complex<T>) return cx::exp_mlir(a); else return vm::exp(a);
 }
 template <typename T> inline bool is_finite(T a) { return std::isfinite(a); }
+// select: by bits for floats, so that loops computing both sides with calls vectorise
+template <typename T> inline T select(bool c, T a, T b) {
+    if constexpr (std::is_floating_point_v<T>) return blend(c, a, b); else return c ? a : b;
+}
 
 // ------------------------------------------------------------------ comparison
 // TOTALORDER: -NaN < -Inf < ... < -0 < +0 < ... < +Inf < +NaN, by the sign-magnitude bits.
