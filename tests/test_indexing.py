@@ -411,3 +411,38 @@ def test_random_dimension_numbers_match_xla(seed):
     actual = hlo2dace.compile_text(text)(*values)
     for n, (e, a) in enumerate(zip(expected, actual)):
         assert_arrays_match(e, a, where=ops[n].splitlines()[0])
+
+
+def _copies(fun, *args) -> int:
+    sdfg = hlo2dace.jit(fun).lower(*args).as_sdfg()
+    return sum(1 for node, _ in sdfg.all_nodes_recursive()
+               if isinstance(node, dace.nodes.MapEntry) and node.label.startswith("copy"))
+
+
+def test_updates_at_last_use_are_in_place():
+    """A scatter or dynamic_update_slice whose operand is dead afterwards updates the
+    operand's array instead of a copy (as XLA reuses the buffer); an operand still read
+    later, or read by the update itself, is copied."""
+    x = np.linspace(-3.0, 4.0, 96).astype(np.float32).reshape(12, 8)
+    i = np.int32(3)
+
+    def chain(x, i):
+        y = x * 2.0
+        for k in range(5):
+            y = y.at[k].add(float(k))
+            y = lax.dynamic_update_slice(y, y[k + 6:k + 7] * 0.5, (i + k, i * 0))
+        return y
+
+    def still_read(x, i):
+        y = x * 2.0
+        z = y.at[0].set(5.0)
+        return z, y + 1.0
+
+    def read_by_update(x, i):
+        y = x * 2.0
+        return y.at[1:].set(y[:-1]), lax.dynamic_update_slice(y, y[2:4], (i, i * 0))
+
+    for fun in (chain, still_read, read_by_update):
+        assert_matches_jax(fun, x, i)
+    assert _copies(chain, x, i) == 0
+    assert _copies(still_read, x, i) == 1

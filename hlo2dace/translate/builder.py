@@ -230,6 +230,19 @@ def collect_uses(ops: Sequence[ir.Op]) -> dict[str, list[ir.Op]]:
     return uses
 
 
+def _holds(binding: object, array: str) -> bool:
+    """Whether ``binding`` reads (part of) the array named ``array``."""
+    if isinstance(binding, Array):
+        return binding.name == array
+    if isinstance(binding, View):
+        return binding.source.name == array
+    if isinstance(binding, Pieces):
+        return any(_holds(part, array) for part in (*binding.parts, *binding.materialised))
+    if isinstance(binding, tuple):
+        return any(_holds(part, array) for part in binding)
+    return False
+
+
 def _identifier(text: str) -> str:
     return re.sub(r"[^0-9A-Za-z_]", "_", text)
 
@@ -419,6 +432,32 @@ class Builder:
                     self.state.add_edge(edge.src, edge.src_conn, written[-1], edge.dst_conn,
                                         edge.data)
                 self.state.remove_node(node)
+
+    def reusable_array(self, value: ir.Value, op: ir.Op, result: ir.Value) -> Array | None:
+        """The array holding ``value`` if ``op`` may write ``result`` into it (an update in
+        place, as XLA reuses a dead operand's buffer), else None. It may when the array is a
+        transient made in this scope, ``op`` is ``value``'s only user, ``result`` need not
+        go into a function result, and no value still to be read (nor another operand of
+        ``op``) shares the array. A new state begins (open clusters are emitted first), so
+        every earlier read of the array comes before the update."""
+        scope = self.scope
+        binding = scope.env.get(value.name)
+        if (not isinstance(binding, Array) or value.name not in scope.producers
+                or result.name in scope.destinations or binding.name in self.constants
+                or not self.sdfg.arrays[binding.name].transient
+                or [id(user) for user in scope.uses.get(value.name, ())] != [id(op)]):
+            return None
+        if any(_holds(scope.env.get(v.name), binding.name) for v in op.operands
+               if v.name != value.name):
+            return None  # the op also reads the array through another operand
+        position = {id(o): k for k, o in enumerate(scope.ops)}
+        now = position[id(op)]
+        for name, other in scope.env.maps[0].items():
+            if name != value.name and _holds(other, binding.name) and any(
+                    position.get(id(user), now) > now for user in scope.uses.get(name, ())):
+                return None
+        self.new_state("in_place")
+        return binding
 
     def operand(self, value: ir.Value) -> Union[Array, Literal, View]:
         """``value`` as something a map can read (never pending)."""

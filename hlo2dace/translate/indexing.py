@@ -285,12 +285,14 @@ def scatter(b: Builder, op: ir.Op) -> None:
     elements = [dtypes.of(v.type, op.name, op.location) for v in op.results]
     update_elements = [dtypes.of(v.type, op.name, op.location) for v in updates]
 
-    targets = [b.result_array(v) for v in op.results]
-    for value, target, result in zip(inputs, targets, op.results):
+    targets = []
+    for value, result in zip(inputs, op.results):
         source = b.operand(value)
+        target = b.reusable_array(value, op, result) or b.result_array(result)
         if not (isinstance(source, Array) and source.name == target.name):  # else in place
             b.copy_into(source, target)
         b.bind(result, target)
+        targets.append(target)
     if targets[0].type.size == 0 or updates[0].type.size == 0:
         return
 

@@ -205,7 +205,8 @@ def dynamic_slice(b: Builder, op: ir.Op) -> None:
 def dynamic_update_slice(b: Builder, op: ir.Op) -> None:
     operand, update, *start_values = op.operands
     shape, sizes = operand.type.shape, update.type.shape
-    target = b.result_array(op.result)
+    source = b.array(operand)
+    target = b.reusable_array(operand, op, op.result) or b.result_array(op.result)
     scalars = {f"__s{d}": b.scalar_operand(v) for d, v in enumerate(start_values)}
     starts = clamped_starts(start_values, list(scalars), sizes, shape)
     lines = [f"const int64_t __start{d} = {s};" for d, s in enumerate(starts)]
@@ -213,7 +214,6 @@ def dynamic_update_slice(b: Builder, op: ir.Op) -> None:
                          for d, k in enumerate(sizes)) or "true"
     inner = flat_index(sizes, [f"(int64_t)__i{d} - __start{d}" for d in range(len(sizes))])
     outer = flat_index(shape, map_params(len(shape)))
-    source = b.array(operand)
     if source.name == target.name and target.type.size > 1:
         # a loop-carried array updated in place (see control.py): write the window only
         if update.type.size:
