@@ -132,29 +132,26 @@ def main() -> None:
 #: what each section's numbers mean (written from the measurements, kept beside them)
 NOTES = {
     "End to end": (
-        "Matrix products run in OpenBLAS. Elementwise work is one fused map, but "
-        "transcendental functions (tanh, exp, log) are scalar libm calls that GCC does not "
-        "vectorise, where XLA uses vectorised polynomial approximations: most of the gap on "
-        "the seed example and the elementwise chain. Per-call overhead (last row) is far "
-        "above `jax.jit`'s: the signature check and pytree handling of `hlo2dace.jit`, "
-        "DaCe's `CompiledSDFG.__call__` building its argument list on every call, and results "
-        "copied into `jax.Array`s (the performance issue's work)."),
+        "Matrix products run in OpenBLAS. Elementwise work is one fused map whose "
+        "transcendental functions (tanh, exp, log) vectorise with glibc's libmvec "
+        "(docs/vector-math.md). Per-call overhead (last row) is still above `jax.jit`'s: "
+        "getting each array's pointer, the argument checks and the pytree/signature in Python, "
+        "and making the `jax.Array` results (`batched_device_put`)."),
     "Contractions": (
         "f32/f64 products call OpenBLAS's `cblas_?gemm` with transposes absorbed as its flags "
         "and leading dimensions, one call per batch element; XLA calls Eigen. At 64x64 the "
         "per-call overhead dominates."),
     "Reductions": (
-        "Each output element is one loop over the reduced elements, the outputs split "
-        "among threads; a reduction to few outputs cuts its longest reduced dimension into "
-        "chunks reduced in parallel. A reduction over a leading axis reads with a stride, "
-        "which costs bandwidth; logsumexp pays for scalar `exp`/`log`."),
+        "Each output element is one loop over the reduced elements, the outputs split among "
+        "threads; a reduction to few outputs cuts its longest reduced dimension into chunks "
+        "reduced in parallel. A reduction over a leading axis reads with a stride, which costs "
+        "bandwidth; logsumexp's reductions are separate maps from its elementwise work."),
     "Loops": (
         "A counted loop is a C++ for-loop over a DaCe symbol and a data-dependent loop a "
         "`while (true)` with a break, both with no per-iteration cost beyond their bodies' "
         "code, where XLA's while loop runs its condition and body as separate kernels. The "
-        "scan's body is dominated by 16 scalar `tanh` calls per step. The stencil's "
-        "`jnp.roll`s are concatenations that hlo2dace materialises as arrays every step, "
-        "where XLA fuses them into the update."),
+        "stencil's `jnp.roll`s are concatenations that hlo2dace materialises as arrays every "
+        "step, where XLA fuses them into the update."),
 }
 
 
