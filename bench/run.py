@@ -1,6 +1,6 @@
 """Benchmarks: hlo2dace against XLA (jax.jit) in the same run; writes docs/benchmarks.md
 and docs/benchmarks.png. Sections: end-to-end examples (this file), contractions,
-reductions and loops (their modules' ``cases``). Run with `make bench` (or
+reductions, loops and kernels (their modules' ``cases``). Run with `make bench` (or
 `python bench/run.py --quick`, or `--only loops` for one section)."""
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from pathlib import Path
 import contractions
 import jax
 import jax.numpy as jnp
+import kernels
 import loops
 import numpy as np
 import reductions
@@ -75,6 +76,7 @@ SECTIONS = {
     "Contractions": contractions.cases,
     "Reductions": reductions.cases,
     "Loops": loops.cases,
+    "Kernels": kernels.cases,
 }
 
 
@@ -152,6 +154,11 @@ NOTES = {
         "code, where XLA's while loop runs its condition and body as separate kernels. The "
         "stencil's `jnp.roll`s are concatenations that hlo2dace materialises as arrays every "
         "step, where XLA fuses them into the update."),
+    "Kernels": (
+        "Stencils written as pyhpc writes them: slices are views read in place by one fused "
+        "map, and the `.at[]` update of a static interior window is a strided map that "
+        "writes the operand's array in place where the operand is dead. Chains of products "
+        "are one `cblas_sgemm` each."),
 }
 
 
@@ -200,7 +207,7 @@ def plot(results) -> None:
         print("matplotlib not installed: no plot")
         return
     rows = [(section, r) for section, section_rows in results.items() for r in section_rows]
-    colours = dict(zip(results, ("tab:blue", "tab:orange", "tab:green", "tab:red")))
+    colours = {section: f"C{k}" for k, section in enumerate(results)}
     fig, ax = plt.subplots(figsize=(9, 0.6 + 0.32 * len(rows)))
     ax.barh([r["case"] for _, r in rows], [r["speedup"] for _, r in rows],
             color=[colours[section] for section, _ in rows])
