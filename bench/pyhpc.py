@@ -15,11 +15,9 @@ optimisation and C++ build)."""
 from __future__ import annotations
 
 import argparse
-import ctypes
 import importlib
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -35,24 +33,6 @@ BENCHMARKS = {  # name -> (module prefix, JAX entry point)
 SIZES = (4096, 16384, 65536, 262144, 1048576)
 
 
-def _quiet_malloc() -> None:
-    libc = ctypes.CDLL("libc.so.6")
-    m_trim_threshold, m_mmap_threshold = -1, -3
-    libc.mallopt(m_mmap_threshold, 1 << 30)
-    libc.mallopt(m_trim_threshold, (1 << 31) - 1)
-
-
-def _median(call, budget: float) -> float:
-    call()
-    times = []
-    deadline = time.perf_counter() + budget
-    while len(times) < 5 or (time.perf_counter() < deadline and len(times) < 100):
-        start = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 def _leaves(result):
     import numpy as np
 
@@ -65,10 +45,11 @@ def measure(checkout: Path, sizes, budget: float) -> list[dict]:
     import numpy as np
 
     import hlo2dace
+    from hlo2dace.compare import keep_freed_memory, median_seconds
 
     jax.config.update("jax_enable_x64", True)
     sys.path.insert(0, str(checkout))
-    _quiet_malloc()
+    keep_freed_memory()
     rows = []
     for name, (prefix, entry) in BENCHMARKS.items():
         package = importlib.import_module(f"benchmarks.{name}")
@@ -92,9 +73,9 @@ def measure(checkout: Path, sizes, budget: float) -> list[dict]:
 
             row = {
                 "benchmark": name, "size": size,
-                "numpy": _median(run(numpy_module.run, numpy_inputs), budget),
-                "xla": _median(run(xla, jax_inputs), budget),
-                "hlo2dace": _median(run(ours, jax_inputs), budget),
+                "numpy": median_seconds(run(numpy_module.run, numpy_inputs), budget),
+                "xla": median_seconds(run(xla, jax_inputs), budget),
+                "hlo2dace": median_seconds(run(ours, jax_inputs), budget),
                 "first_call": first_call if k == 0 else None,
                 "max_relative_error": max(errors),
             }

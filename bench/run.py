@@ -6,7 +6,6 @@ reductions, loops and kernels (their modules' ``cases``). Run with `make bench` 
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import os
 import platform
@@ -23,20 +22,11 @@ import numpy as np
 import reductions
 
 import hlo2dace
-from hlo2dace.compare import median_seconds
+from hlo2dace.compare import keep_freed_memory, median_seconds
 from hlo2dace.demo import load_in_new_process
 from hlo2dace.demo import seed_example as seed
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
-
-
-def _quiet_malloc() -> None:
-    """Keep freed buffers in the process (glibc would hand them back to the OS and the next
-    call would pay page faults), as a long-running program's allocator would."""
-    libc = ctypes.CDLL("libc.so.6")
-    m_trim_threshold, m_mmap_threshold = -1, -3
-    libc.mallopt(m_mmap_threshold, 1 << 30)
-    libc.mallopt(m_trim_threshold, (1 << 31) - 1)
 
 
 
@@ -111,7 +101,7 @@ def main() -> None:
     parser.add_argument("--only", choices=[s.split()[0].lower() for s in SECTIONS],
                         help="run one section (prints it; docs/ are not rewritten)")
     args = parser.parse_args()
-    _quiet_malloc()
+    keep_freed_memory()
     jax.config.update("jax_enable_x64", True)  # the f64 cases; the others pass f32 arrays
     results = {}
     with tempfile.TemporaryDirectory() as cache:  # first calls build: an empty cache

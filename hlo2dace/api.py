@@ -218,6 +218,7 @@ class _Results:
 
     def __init__(self, tree, avals):
         import jax
+        from jax._src.lib import xla_client
         from jax.sharding import SingleDeviceSharding
 
         self.tree = tree
@@ -225,20 +226,17 @@ class _Results:
         self.sharding = SingleDeviceSharding(self.device)
         self.leaves = [(aval.dtype, None) if _is_key(aval.dtype) else (None, aval)
                        for aval in avals]
+        # looked up once: the imports and attribute lookups are on every call's path
+        self._put = xla_client.batched_device_put
+        self._unflatten = jax.tree_util.tree_unflatten
+        self._wrap_key = lambda array, key_type: jax.random.wrap_key_data(
+            jax.device_put(array), impl=key_type._impl)
 
     def wrap(self, arrays: Sequence[np.ndarray]):
-        import jax
-        from jax._src.lib import xla_client
-
-        put = xla_client.batched_device_put
-        results = []
-        for array, (key_type, aval) in zip(arrays, self.leaves):
-            if key_type is not None:
-                results.append(jax.random.wrap_key_data(jax.device_put(array),
-                                                        impl=key_type._impl))
-            else:
-                results.append(put(aval, self.sharding, [array], [self.device], False, False))
-        return jax.tree_util.tree_unflatten(self.tree, results)
+        results = [self._put(aval, self.sharding, [array], [self.device], False, False)
+                   if key_type is None else self._wrap_key(array, key_type)
+                   for array, (key_type, aval) in zip(arrays, self.leaves)]
+        return self._unflatten(self.tree, results)
 
 
 def _abstract(leaf: Any):

@@ -21,7 +21,13 @@ import hlo2dace
 from hlo2dace.errors import UnsupportedError
 from hlo2dace.translate import convolution
 
-from util import assert_arrays_match, assert_matches_jax, dtype_id, special_values
+from util import (
+    assert_arrays_match,
+    assert_matches_jax,
+    dtype_id,
+    random_operand,
+    special_values,
+)
 
 #: XLA sums in another order (Eigen's blocking, or its naive loop): relative tolerance per
 #: element of a sum of up to a few hundred terms of size ~1
@@ -33,22 +39,7 @@ NCHW = ("NCHW", "OIHW", "NCHW")
 
 
 def operand(dtype, shape, seed: int = 0) -> np.ndarray:
-    """Random values: normal for floats, small integers for f16/bf16 (so that f32 sums are
-    exact and rounding once gives XLA's bits), the extremes among integers (so that
-    products and sums wrap), 30% true for booleans."""
-    rng = np.random.default_rng(seed)
-    dtype = np.dtype(dtype)
-    if dtype.kind in "iu":
-        values = special_values(dtype, rng, random=max(8, int(np.prod(shape))))
-        return np.resize(rng.permutation(values), shape).astype(dtype)
-    if dtype.kind == "b":
-        return rng.random(shape) < 0.3
-    if dtype in (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)):
-        return rng.integers(-3, 4, shape).astype(dtype)
-    values = rng.standard_normal(shape)
-    if dtype.kind == "c":
-        values = values + 1j * rng.standard_normal(shape)
-    return values.astype(dtype)
+    return random_operand(dtype, shape, seed, exact_16_bit=True)
 
 
 def check(f, *args, scale: float = 1.0, **kwargs):

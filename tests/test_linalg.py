@@ -18,7 +18,8 @@ import hlo2dace
 from hlo2dace.errors import UnsupportedError
 from hlo2dace.translate import linalg
 
-from util import assert_arrays_match, assert_matches_jax, dtype_id, special_values
+from util import assert_arrays_match, assert_matches_jax, dtype_id
+from util import random_operand as operand
 
 PRODUCT_DTYPES = (np.float32, np.float64, np.complex64, np.complex128, np.int32, np.int64)
 INTEGER_DTYPES = (np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64,
@@ -28,21 +29,6 @@ INTEGER_DTYPES = (np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, n
 #: tolerances per element of a sum of ~10 terms of size ~1
 RTOL = {np.dtype(np.float32): 2e-5, np.dtype(np.complex64): 2e-5,
         np.dtype(np.float64): 1e-13, np.dtype(np.complex128): 1e-13}
-
-
-def operand(dtype, shape, seed: int = 0) -> np.ndarray:
-    """Random values (integers: including the extremes, whose products wrap)."""
-    rng = np.random.default_rng(seed)
-    dtype = np.dtype(dtype)
-    if dtype.kind in "iu":
-        values = special_values(dtype, rng, random=max(8, int(np.prod(shape))))
-        return np.resize(rng.permutation(values), shape).astype(dtype)
-    if dtype.kind == "b":
-        return rng.random(shape) < 0.3
-    values = rng.standard_normal(shape)
-    if dtype.kind == "c":
-        values = values + 1j * rng.standard_normal(shape)
-    return values.astype(dtype)
 
 
 def contract(lhs, rhs, lhs_dims, rhs_dims, lhs_batch=(), rhs_batch=(), **kwargs):

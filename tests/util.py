@@ -113,3 +113,23 @@ def assert_matches_jax(fun: Callable, *args, ulp: float = 0, rtol: float = 0.0,
         assert_arrays_match(e, a, ulp=leaf_ulp, rtol=rtol, atol=atol,
                             signed_zeros=signed_zeros, where=where)
     return actual
+
+
+def random_operand(dtype, shape, seed: int = 0, exact_16_bit: bool = False) -> np.ndarray:
+    """Random operands of products and convolutions: normal values for floats (complex:
+    both parts); the extremes among integers, so that products and sums wrap; 30% true
+    booleans. ``exact_16_bit``: small integers for f16/bf16, so that f32 sums are exact and
+    rounding once gives XLA's bits."""
+    rng = np.random.default_rng(seed)
+    dtype = np.dtype(dtype)
+    if dtype.kind in "iu":
+        values = special_values(dtype, rng, random=max(8, int(np.prod(shape))))
+        return np.resize(rng.permutation(values), shape).astype(dtype)
+    if dtype.kind == "b":
+        return rng.random(shape) < 0.3
+    if exact_16_bit and dtype in (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)):
+        return rng.integers(-3, 4, shape).astype(dtype)
+    values = rng.standard_normal(shape)
+    if dtype.kind == "c":
+        values = values + 1j * rng.standard_normal(shape)
+    return values.astype(dtype)

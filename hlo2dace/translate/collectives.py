@@ -10,6 +10,8 @@ as if alone."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from .. import ir
 from . import dtypes
 from .builder import Builder, Literal
@@ -37,22 +39,21 @@ def sharding_custom_call(b: Builder, call: CustomCall) -> None:
     b.bind(op.result, b.binding(op.operands[0]))
 
 
-def _groups(b: Builder, op: ir.Op, key: str) -> list[list[int]]:
-    groups = op.attr(key)
+def _check_one_process(b: Builder, op: ir.Op) -> None:
+    """Refuse ``replica_groups`` with a group of several processes (-1 pads groups)."""
+    groups = op.attr("replica_groups")
     if groups is None:
-        return []
-    groups = [[int(p) for p in group if p >= 0] for group in groups.array.reshape(
-        groups.array.shape[0] if groups.array.ndim else 1, -1)]
-    largest = max((len(group) for group in groups), default=0)
+        return
+    largest = max((int((group >= 0).sum()) for group in np.atleast_2d(groups.array)),
+                  default=0)
     if largest > 1:
         raise b.unsupported(f"a collective over groups of {largest} processes: hlo2dace runs "
                             "a program as one process (a multi-process target is planned)")
-    return groups
 
 
 @register(*_OPERAND_IS_RESULT)
 def single_process_collective(b: Builder, op: ir.Op) -> None:
-    _groups(b, op, "replica_groups")
+    _check_one_process(b, op)
     for operand, result in zip(op.operands, op.results):
         if operand.type != result.type:
             raise b.unsupported(f"{operand.type} -> {result.type} on one process")
