@@ -13,7 +13,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from . import ir, runtime
+from . import ir, optimize, runtime
 from .errors import ArgumentError, UnsupportedError
 from .frontend.normalize import NormalizedModule, normalize
 from .frontend.parser import parse_module
@@ -55,10 +55,12 @@ class Lowered:
     """A module on its way to machine code: its StableHLO text, its SDFG, its binary."""
 
     def __init__(self, normalized: NormalizedModule, name: str = "program",
-                 entry: str | None = None):
+                 entry: str | None = None, optimize: str | None = None):
         self._normalized = normalized
         self._name = name
         self._entry = entry
+        #: the optimisation level (``hlo2dace.optimize``)
+        self.level = _level(optimize)
         self._module: ir.Module | None = None
         self._translation = None
 
@@ -71,7 +73,8 @@ class Lowered:
     @property
     def key(self) -> str:
         return runtime.cache_key(self._normalized.digest, self._entry or "",
-                                 translator_fingerprint())
+                                 translator_fingerprint(), self.level.name,
+                                 self.level.cpu_flags)
 
     def as_text(self) -> str:
         """The normalised StableHLO module, in MLIR's generic op form."""
@@ -82,7 +85,7 @@ class Lowered:
             from .translate import Builder
 
             module = self.module
-            builder = Builder(module, self._name, self._entry)
+            builder = Builder(module, self._name, self._entry, optimize=self.level)
             sdfg = builder.build()
             main = builder.entry
             arguments = _specs([v.type for v in main.arguments], builder.argument_names,
@@ -99,7 +102,8 @@ class Lowered:
         program = runtime.lookup(self.key)
         if program is None:
             sdfg, arguments, results, constants = self._translate()
-            program = runtime.build(sdfg, self.key, arguments, results, constants)
+            program = runtime.build(sdfg, self.key, arguments, results, constants,
+                                    self.level.cpu_flags)
         return Compiled(program, self)
 
 
@@ -125,17 +129,26 @@ class Compiled:
         return results[0] if len(results) == 1 else tuple(results)
 
 
-def lower_text(source: Any, name: str = "program", entry: str | None = None) -> Lowered:
+def lower_text(source: Any, name: str = "program", entry: str | None = None,
+               optimize: str | None = None) -> Lowered:
     """``source``: anything the frontend accepts (text, bytes, path, Lowered, Exported);
-    ``entry``: the function to compile (default: ``main``, or the only public function)."""
-    return Lowered(normalize(source), name, entry)
+    ``entry``: the function to compile (default: ``main``, or the only public function);
+    ``optimize``: "none", "default" or "aggressive" (see ``hlo2dace.optimize``)."""
+    return Lowered(normalize(source), name, entry, optimize)
 
 
-def compile_text(source: Any) -> Compiled:
+def compile_text(source: Any, optimize: str | None = None) -> Compiled:
     """Compile a StableHLO module (text in pretty or generic form, MLIR bytecode, a portable
     artifact, ``Exported.serialize()`` bytes, a ``jax.export.Exported`` or a
-    ``jax.stages.Lowered``) into a callable."""
-    return lower_text(source).compile()
+    ``jax.stages.Lowered``) into a callable, at the optimisation level ``optimize``."""
+    return lower_text(source, optimize=optimize).compile()
+
+
+def _level(name: str | None) -> optimize.Level:
+    try:
+        return optimize.level(name)
+    except ValueError as exc:
+        raise ArgumentError(str(exc)) from None
 
 
 # ---------------------------------------------------------------------------- jit
@@ -145,10 +158,11 @@ class JitFunction:
     """``hlo2dace.jit(f)``: calls ``f`` through StableHLO and DaCe-compiled code."""
 
     def __init__(self, fun: Callable, static_argnums: Sequence[int] = (),
-                 static_argnames: Sequence[str] = ()):
+                 static_argnames: Sequence[str] = (), optimize: str | None = None):
         import jax
 
         self._fun = fun
+        self._optimize = _level(optimize).name
         self._static_argnums = tuple(sorted({static_argnums} if isinstance(static_argnums, int)
                                             else set(static_argnums)))
         self._static_argnames = (static_argnames,) if isinstance(static_argnames, str) \
@@ -184,7 +198,7 @@ class JitFunction:
         lowered = traced.lower()
         name = getattr(self._fun, "__name__", "program")
         return JitLowered(normalize(lowered), name,
-                          _Results(lowered.out_tree, traced.jaxpr.out_avals))
+                          _Results(lowered.out_tree, traced.jaxpr.out_avals), self._optimize)
 
     def __call__(self, *args, **kwargs):
 
@@ -205,8 +219,9 @@ class JitFunction:
 class JitLowered(Lowered):
     """A lowering by ``hlo2dace.jit``: also knows how to rebuild the Python results."""
 
-    def __init__(self, normalized: NormalizedModule, name: str, results: _Results):
-        super().__init__(normalized, name)
+    def __init__(self, normalized: NormalizedModule, name: str, results: _Results,
+                 optimize: str | None = None):
+        super().__init__(normalized, name, optimize=optimize)
         self.results = results
 
 
@@ -278,12 +293,14 @@ def _as_array(leaf: Any, spec: runtime.TensorSpec) -> np.ndarray:
 
 
 def jit(fun: Callable | None = None, *, static_argnums: Sequence[int] = (),
-        static_argnames: Sequence[str] = ()):
-    """A drop-in for ``jax.jit`` whose compiled code is generated by DaCe."""
+        static_argnames: Sequence[str] = (), optimize: str | None = None):
+    """A drop-in for ``jax.jit`` whose compiled code is generated by DaCe. ``optimize``:
+    "none", "default" or "aggressive" (see ``hlo2dace.optimize``; default:
+    ``$HLO2DACE_OPTIMIZE``, else "default")."""
     if fun is None:
         return functools.partial(jit, static_argnums=static_argnums,
-                                 static_argnames=static_argnames)
-    return JitFunction(fun, static_argnums, static_argnames)
+                                 static_argnames=static_argnames, optimize=optimize)
+    return JitFunction(fun, static_argnums, static_argnames, optimize)
 
 
 __all__ = ["ArgumentError", "Compiled", "JitFunction", "Lowered", "compile_text", "jit",

@@ -19,7 +19,7 @@ from .errors import Hlo2DaceError
 def _convert(args) -> int:
     from .api import lower_text
 
-    sdfg = lower_text(Path(args.input)).as_sdfg()
+    sdfg = lower_text(Path(args.input), optimize=args.optimize).as_sdfg()
     output = args.output or str(Path(args.input).with_suffix(".sdfgz"))
     sdfg.save(output, compress=output.endswith(".sdfgz"))
     print(f"wrote {output}")
@@ -72,7 +72,7 @@ def random_inputs(specs, seed: int = 0) -> list[np.ndarray]:
 def _run(args) -> int:
     from .api import lower_text
 
-    compiled = lower_text(Path(args.input)).compile()
+    compiled = lower_text(Path(args.input), optimize=args.optimize).compile()
     results = compiled.call_flat(_load_inputs(args.inputs, compiled.program.arguments))
     if args.output:
         np.savez(args.output, **{f"result_{i}": r for i, r in enumerate(results)})
@@ -89,7 +89,7 @@ def _compare(args) -> int:
     from .compare import CompareReport, compare_arrays, median_seconds
     from .xla import XlaModule
 
-    lowered = lower_text(Path(args.input))
+    lowered = lower_text(Path(args.input), optimize=args.optimize)
     start = time.perf_counter()
     compiled = lowered.compile()
     compile_seconds = time.perf_counter() - start
@@ -130,15 +130,20 @@ def main(argv=None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     convert = commands.add_parser("convert", help="translate a module into an SDFG file")
     convert.add_argument("input")
+    levels = {"choices": ["none", "default", "aggressive"], "default": None,
+              "help": "optimisation level (default: $HLO2DACE_OPTIMIZE, else default)"}
+    convert.add_argument("-O", "--optimize", **levels)
     convert.add_argument("-o", "--output", help="output .sdfg or .sdfgz file")
     convert.set_defaults(handler=_convert)
     run = commands.add_parser("run", help="compile and run a module on given inputs")
     run.add_argument("input")
+    run.add_argument("-O", "--optimize", **levels)
     run.add_argument("--inputs", help=".npz with one array per argument (arg_0, arg_1, ...)")
     run.add_argument("-o", "--output", help="save the results to this .npz")
     run.set_defaults(handler=_run)
     compare = commands.add_parser("compare", help="XLA against DaCe on random inputs")
     compare.add_argument("input")
+    compare.add_argument("-O", "--optimize", **levels)
     compare.add_argument("--seed", type=int, default=0)
     compare.add_argument("--rtol", type=float, default=1e-5)
     compare.add_argument("--atol", type=float, default=1e-6)

@@ -180,7 +180,7 @@ def test_composite_runs_its_decomposition():
     its decomposition (StableHLO's own pass), which is then inlined."""
     tangent = lax.composite(lambda x: jnp.sin(x) / jnp.cos(x), name="my.tangent")
     x = np.linspace(-1.0, 1.0, 9)
-    lowered = hlo2dace.jit(lambda x: tangent(x) * 2.0).lower(x)
+    lowered = hlo2dace.jit(lambda x: tangent(x) * 2.0, optimize="default").lower(x)
     assert "stablehlo.composite" not in lowered.as_text()
     # sin and cos: libmvec's SIMD versions, up to 3 ULP each (docs/vector-math.md)
     assert_matches_jax(lambda x: tangent(x) * 2.0, x, ulp=8)
@@ -382,7 +382,8 @@ def test_counted_loops_become_dace_for_loops_updating_in_place():
     from dace.sdfg.state import LoopRegion
 
     xs = sample(np.float64, (50, 3))
-    lowered = hlo2dace.jit(lambda xs: lax.scan(lambda c, x: (c + x, c * x), xs[0], xs)).lower(xs)
+    lowered = hlo2dace.jit(lambda xs: lax.scan(lambda c, x: (c + x, c * x), xs[0], xs),
+                           optimize="default").lower(xs)
     sdfg = lowered.as_sdfg()
     loops = [n for n in sdfg.all_control_flow_regions() if isinstance(n, LoopRegion)]
     assert len(loops) == 1 and loops[0].loop_variable
@@ -405,7 +406,7 @@ def test_scatter_into_a_carried_array_updates_it_in_place():
         return lax.fori_loop(0, 30, lambda i, x: x.at[idx[i]].add(u[i]), x)
 
     assert_matches_jax(f, x, idx, u)
-    sdfg = hlo2dace.jit(f).lower(x, idx, u).as_sdfg()
+    sdfg = hlo2dace.jit(f, optimize="default").lower(x, idx, u).as_sdfg()
     (loop,) = [n for n in sdfg.all_control_flow_regions() if isinstance(n, LoopRegion)]
     maps = [n for state in loop.all_control_flow_blocks() if isinstance(state, dace.SDFGState)
             for n in state.nodes() if isinstance(n, dace.nodes.MapEntry)]
@@ -431,6 +432,6 @@ def test_stencil_alternates_two_buffers(steps):
         return lax.fori_loop(0, n, step, (u, 0.0))
 
     assert_matches_jax(f, u, np.int32(steps), rtol=1e-14, atol=1e-14)
-    sdfg = hlo2dace.jit(f).lower(u, np.int32(steps)).as_sdfg()
+    sdfg = hlo2dace.jit(f, optimize="default").lower(u, np.int32(steps)).as_sdfg()
     (loop,) = [n for n in sdfg.all_control_flow_regions() if isinstance(n, LoopRegion)]
     assert "2" in loop.update_statement.as_string  # two iterations per trip

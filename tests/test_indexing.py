@@ -109,7 +109,7 @@ def test_static_updates_are_strided_copies(dtype):
 
     assert_matches_jax(f, x, u)
     for name, (update, strided) in STATIC_UPDATES.items():
-        sdfg = hlo2dace.jit(update).lower(x, u).as_sdfg()
+        sdfg = hlo2dace.jit(update, optimize="default").lower(x, u).as_sdfg()
         code = [node.code.as_string for node, _ in sdfg.all_nodes_recursive()
                 if isinstance(node, dace.nodes.Tasklet) and "scatter" in node.label]
         assert code and any("__start" in c for c in code) != strided, name
@@ -414,7 +414,7 @@ def test_random_dimension_numbers_match_xla(seed):
 
 
 def _copies(fun, *args) -> int:
-    sdfg = hlo2dace.jit(fun).lower(*args).as_sdfg()
+    sdfg = hlo2dace.jit(fun, optimize="default").lower(*args).as_sdfg()
     return sum(1 for node, _ in sdfg.all_nodes_recursive()
                if isinstance(node, dace.nodes.MapEntry) and node.label.startswith("copy"))
 

@@ -42,7 +42,7 @@ def check(f, *args, **kwargs):
 
 
 def _tasklets(fun, *args) -> list[nodes.Tasklet]:
-    sdfg = hlo2dace.jit(fun).lower(*args).as_sdfg()
+    sdfg = hlo2dace.jit(fun, optimize="default").lower(*args).as_sdfg()
     return [n for n, _ in sdfg.all_nodes_recursive() if isinstance(n, nodes.Tasklet)]
 
 
@@ -501,7 +501,7 @@ def test_loop_nest_alignment(offset, dtype):
         return a @ b, a @ b[:, :9][::-1].T.T, a[1:, 2:] @ b[2:, 1:], a[:, :7] @ b[:7, :7].T
 
     expected = jax.jit(f)(a, b)
-    actual = hlo2dace.jit(f).lower(a, b).compile()(a, b)
+    actual = hlo2dace.jit(f, optimize="default").lower(a, b).compile()(a, b)
     rtol = RTOL.get(np.dtype(dtype), 0.0)
     for i, (e, x) in enumerate(zip(expected, actual)):
         assert_arrays_match(e, x, rtol=rtol, atol=rtol, where=str(i))

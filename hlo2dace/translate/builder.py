@@ -8,7 +8,10 @@ materialises what it can express otherwise. Every SSA value is bound to a ``Bind
 * ``Literal``: a splat constant, written into tasklet code as a C++ literal;
 * ``View``: an affine re-indexing of an array (broadcast_in_dim, transpose, slice, unit
   reshape), read through memlets by its consumers and copied only when an op needs an array;
-* ``Pending``: the result of an elementwise op whose map has not been emitted yet.
+* ``Pending``: the result of an elementwise op whose map has not been emitted yet;
+* ``PendingView``: a ``View`` of a pending value. An elementwise consumer recomputes the
+  value at the index it reads, as XLA fuses a cheap producer into each of its consumers, so
+  that a stencil's slices of slices never reach memory.
 
 Elementwise ops of one shape gather into an open ``ElementwiseCluster`` and are emitted
 as ONE map with one tasklet per op and register scalars between them; only values used
@@ -32,6 +35,7 @@ import numpy as np
 
 from .. import ir
 from ..errors import UnsupportedError
+from ..optimize import LEVELS, Level
 from . import dtypes, registry
 from .literals import literal
 
@@ -107,7 +111,17 @@ class Pieces:
         return out
 
 
-Binding = Union[Array, Literal, View, Pending, Pieces]
+@dataclass(frozen=True, eq=False)
+class PendingView:
+    """``source`` re-indexed by ``axes`` (as a ``View``'s; none for a 0-d source) before
+    its cluster wrote it, if it ever does."""
+
+    source: Pending
+    axes: tuple[Axis, ...]
+    type: ir.TensorType
+
+
+Binding = Union[Array, Literal, View, Pending, PendingView, Pieces]
 
 
 #: maps doing less work than this (elements x work per element) run on one thread: an
@@ -140,6 +154,33 @@ def flat_index(shape: Sequence[int], indices: Sequence[str]) -> str:
     return " + ".join(reversed(terms)) or "0"
 
 
+def axes_point(axes: Sequence[Axis], point: Sequence[str]) -> list[str]:
+    """The index into a view's source that the view's index ``point`` reads."""
+    out = []
+    for axis in axes:
+        if axis.dim is None:
+            out.append(str(axis.offset))
+            continue
+        index = point[axis.dim]
+        term = index if axis.stride == 1 else f"{axis.stride} * ({index})"
+        out.append(term if axis.offset == 0 else f"{axis.offset} + {term}")
+    return out
+
+
+def compose_axes(inner: Sequence[Axis], outer: Sequence[Axis]) -> tuple[Axis, ...]:
+    """The axes of a view (``outer``) of a view (``inner``), on the inner one's source."""
+    composed = []
+    for axis in inner:
+        if axis.dim is None:
+            composed.append(axis)
+            continue
+        applied = outer[axis.dim]
+        offset = axis.offset + axis.stride * applied.offset
+        composed.append(Axis(None, 0, offset) if applied.dim is None else
+                        Axis(applied.dim, axis.stride * applied.stride, offset))
+    return tuple(composed)
+
+
 def index_expressions(binding: Union[Array, View], rank: int,
                       point: Sequence[str] | None = None) -> list[str]:
     """Subscripts that read ``binding`` at the iteration ``point`` (default: ``__i0..``)
@@ -147,15 +188,7 @@ def index_expressions(binding: Union[Array, View], rank: int,
     broadcast)."""
     point = list(point) if point is not None else map_params(rank)
     if isinstance(binding, View):
-        out = []
-        for axis in binding.axes:
-            if axis.dim is None:
-                out.append(str(axis.offset))
-                continue
-            index = point[axis.dim]
-            term = index if axis.stride == 1 else f"{axis.stride} * ({index})"
-            out.append(term if axis.offset == 0 else f"{axis.offset} + {term}")
-        return out or ["0"]
+        return axes_point(binding.axes, point) or ["0"]
     if binding.type.rank == 0:
         return ["0"]
     assert binding.type.rank == rank
@@ -175,6 +208,8 @@ class ElementwiseCluster:
     members: list[tuple[ir.Op, Scope]] = field(default_factory=list)
     closed: bool = False
     resolved: dict[tuple[int, str], Array] = field(default_factory=dict)
+    #: values that must be written whatever their users (something needs their array)
+    required: set[tuple[int, str]] = field(default_factory=set)
 
 
 # ------------------------------------------------------------------------- scopes
@@ -191,13 +226,17 @@ class Scope:
     destinations: dict[str, str] = field(default_factory=dict)
     #: value name -> the op of the block that computes it
     producers: dict[str, ir.Op] = field(default_factory=dict)
+    #: the arrays of ``destinations``: in a loop body, maps may write these where they read
+    targets: frozenset[str] = frozenset()
 
     @classmethod
     def of(cls, env: ChainMap, block: ir.Block, destinations=None,
            returned: Sequence[int] | None = None) -> Scope:
         ops = live_ops(block, returned)
         producers = {result.name: op for op in ops for result in op.results}
-        return cls(env, ops, collect_uses(ops), dict(destinations or {}), producers)
+        destinations = dict(destinations or {})
+        return cls(env, ops, collect_uses(ops), destinations, producers,
+                   frozenset(destinations.values()))
 
 
 def live_ops(block: ir.Block, returned: Sequence[int] | None = None) -> list[ir.Op]:
@@ -230,8 +269,41 @@ def collect_uses(ops: Sequence[ir.Op]) -> dict[str, list[ir.Op]]:
     return uses
 
 
+def unresolved(binding: Pending) -> bool:
+    """Whether ``binding``'s value is in no array (its cluster is open, or did not write it)."""
+    return binding.key not in binding.cluster.resolved
+
+
+def recomputed_reads(binding: Union[Pending, PendingView], budget: int
+                     ) -> list[Binding] | None:
+    """What recomputing ``binding`` element by element reads (arrays, views, literals,
+    concatenations, values in arrays), or None if it takes more than ``budget`` ops."""
+    reads, stack, ops = [], [binding], 0
+    while stack:
+        item = stack.pop()
+        if isinstance(item, PendingView):
+            item = item.source
+        if not (isinstance(item, Pending) and unresolved(item)):
+            reads.append(item)
+            continue
+        ops += 1
+        if ops > budget:
+            return None
+        op = item.scope.producers[item.value.name]
+        stack.extend(item.scope.env[v.name] for v in op.operands)
+    return reads
+
+
 def _holds(binding: object, array: str) -> bool:
     """Whether ``binding`` reads (part of) the array named ``array``."""
+    if isinstance(binding, (Pending, PendingView)):
+        source = binding.source if isinstance(binding, PendingView) else binding
+        if not unresolved(source):
+            return _holds(source.cluster.resolved[source.key], array)
+        if isinstance(binding, Pending) and not source.cluster.closed:
+            return False  # its cluster is emitted before any update in place
+        reads = recomputed_reads(binding, budget=1 << 30)
+        return any(_holds(read, array) for read in reads)
     if isinstance(binding, Array):
         return binding.name == array
     if isinstance(binding, View):
@@ -251,8 +323,11 @@ class Builder:
     """Translates one IR module into one SDFG."""
 
     def __init__(self, module: ir.Module, name: str, entry: str | None = None,
-                 target: str = "cpu"):
+                 target: str = "cpu", optimize: Level = LEVELS["default"]):
         self.module = module
+        #: fuse elementwise clusters; recompute views of pending values (``optimize.py``)
+        self.fuse = optimize.fuse
+        self.recomputed_ops = optimize.recomputed_ops
         try:
             self.entry = module.functions[entry] if entry else module.main
         except LookupError:
@@ -272,6 +347,8 @@ class Builder:
         self._counter = itertools.count()
         self.scope: Scope | None = None
         self.open_clusters: dict[tuple[int, ...], ElementwiseCluster] = {}
+        #: the arrays that ops write while a block runs (``Scope.targets``)
+        self.written_in_place: set[str] = set()
         #: hidden constant arguments: data name -> array (in storage dtype)
         self.constants: dict[str, np.ndarray] = {}
         self.argument_names: list[str] = []
@@ -405,9 +482,20 @@ class Builder:
     def resolve(self, binding: Binding) -> Union[Array, Literal, View]:
         """A pending elementwise result -> its array, emitting its cluster if needed; a
         concatenation -> its array, written if needed."""
-        if isinstance(binding, Pending):
-            self.close_cluster(binding.cluster)
-            return binding.cluster.resolved[binding.key]
+        if isinstance(binding, (Pending, PendingView)):
+            source = binding.source if isinstance(binding, PendingView) else binding
+            if not source.cluster.closed:
+                source.cluster.required.add(source.key)
+                self.close_cluster(source.cluster)
+            array = source.cluster.resolved.get(source.key)
+            if array is None:  # its cluster did not write it: recompute what is read
+                from .fusion import emit_recomputed
+
+                return emit_recomputed(self, binding, self.add_array("fused", binding.type))
+            if isinstance(binding, Pending):
+                return array
+            return View(array, binding.axes, binding.type) if binding.axes else \
+                View(array, (Axis(None, 0, 0),), binding.type)
         if isinstance(binding, Pieces):
             if not binding.materialised:
                 target = self.add_array("concat", binding.type)
@@ -655,6 +743,10 @@ class Builder:
     def add_elementwise(self, op: ir.Op) -> None:
         t = op.results[0].type
         shape = tuple(t.shape)
+        for operand in op.operands:
+            binding = self.binding(operand)
+            if isinstance(binding, PendingView) and not self._recomputable(binding):
+                self.operand(operand)
         cluster = self.open_clusters.get(shape)
         if cluster is None:
             cluster = self.open_clusters[shape] = ElementwiseCluster(shape)
@@ -665,6 +757,24 @@ class Builder:
         cluster.members.append((op, self.scope))
         for result in op.results:
             self.bind(result, Pending(cluster, result, self.scope))
+        if not self.fuse:
+            self.close_cluster(cluster)
+
+    def _recomputable(self, binding: PendingView) -> bool:
+        """Whether an elementwise consumer may recompute ``binding``: it takes few ops, and
+        reads no array that a loop body's maps write in place (a map could then read an
+        element it already overwrote). Concatenations it reads are written first."""
+        reads = recomputed_reads(binding, self.recomputed_ops)
+        if reads is None:
+            return False
+        for read in reads:
+            if isinstance(read, Pending):
+                read = read.cluster.resolved[read.key]
+            if isinstance(read, Pieces):
+                read = self.resolve(read)
+            if any(_holds(read, target) for target in self.written_in_place):
+                return False
+        return True
 
     def close_all_clusters(self) -> None:
         for cluster in list(self.open_clusters.values()):
@@ -686,6 +796,7 @@ class Builder:
         its terminator returns (terminator ``func.return`` / ``stablehlo.return``), None
         for those the scope does not need (see ``Scope.of``)."""
         outer, self.scope = self.scope, scope
+        self.written_in_place |= scope.targets
         try:
             for op in scope.ops[:-1]:
                 self.translate_op(op)
@@ -720,7 +831,8 @@ class Builder:
         ``destinations`` entry is written into that array by the op that computes it (if
         the callee computes it). Pending arguments are emitted first: a cluster's register
         scalars do not cross scopes."""
-        arguments = [self.resolve(binding) for binding in arguments]
+        arguments = [binding if isinstance(binding, PendingView) else self.resolve(binding)
+                     for binding in arguments]
         env = ChainMap({a.name: b for a, b in zip(function.arguments, arguments)})
         block = function.body.entry
         produced = {r.name for op in block.ops for r in op.results}

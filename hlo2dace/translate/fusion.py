@@ -1,6 +1,8 @@
 """Emits an elementwise cluster as one map: one tasklet per op, register scalars between
 tasklets, operands read through (broadcasting) memlets, splat constants as literals, and
-arrays written only for the values used outside the cluster."""
+arrays written only for the values used outside the cluster. A ``PendingView`` operand
+(a slice or broadcast of a pending value) is recomputed in the reading tasklet at the index
+it reads, so the value it views need not be written at all."""
 
 from __future__ import annotations
 
@@ -14,11 +16,14 @@ from .builder import (
     Array,
     Literal,
     Pending,
+    PendingView,
     Pieces,
     View,
+    axes_point,
     index_expressions,
     map_params,
     schedule_for,
+    unresolved,
 )
 from .literals import literal
 
@@ -30,14 +35,22 @@ def emit_cluster(b: Builder, cluster: ElementwiseCluster) -> None:
     members = {(id(scope), id(op)) for op, scope in cluster.members}
     saved_op = b.current_op
 
-    def users_inside(scope, value: ir.Value) -> list[bool]:
-        return [(id(scope), id(user)) in members for user in scope.uses.get(value.name, ())]
+    def needs_array(scope, value: ir.Value) -> bool:
+        """Used outside the cluster other than through views its readers recompute."""
+        key = (id(scope), value.name)
+        for user in scope.uses.get(value.name, ()):
+            if (id(scope), id(user)) in members:
+                continue
+            view = scope.env.get(user.results[0].name) if len(user.results) == 1 else None
+            if not (isinstance(view, PendingView) and view.source.key == key):
+                return True
+        return key in cluster.required
 
     # Values used outside the cluster get arrays; everything else stays in registers.
     outputs: dict[tuple[int, str], Array] = {}
     for op, scope in cluster.members:
         for value in op.results:
-            if not all(users_inside(scope, value)):
+            if needs_array(scope, value):
                 b.current_op = op
                 outputs[(id(scope), value.name)] = b.result_array(
                     value, value.name.lstrip("%"), scope)
@@ -63,18 +76,26 @@ def _emit_map(b: Builder, cluster: ElementwiseCluster, outputs: dict) -> None:
                                      schedule=schedule_for(shape, len(cluster.members)))
     else:
         entry = exit_ = None
-    # members' values read by members, also under another name (a func.call's result)
-    read_inside = {binding.key for op, scope in cluster.members for v in op.operands
-                   if isinstance(binding := scope.env.get(v.name), Pending)
-                   and binding.cluster is cluster}
+    # the members an output needs (others are read only through recomputed views), and
+    # their values read by members, also under another name (a func.call's result)
+    live, read_inside = set(outputs), set()
+    for op, scope in reversed(cluster.members):
+        if (id(scope), op.results[0].name) in live:
+            for v in op.operands:
+                binding = scope.env.get(v.name)
+                if isinstance(binding, Pending) and binding.cluster is cluster:
+                    live.add(binding.key)
+                    read_inside.add(binding.key)
     scalars: dict[tuple[int, str], dace.nodes.AccessNode] = {}
     for op, scope in cluster.members:
+        if (id(scope), op.results[0].name) not in live:
+            continue
         b.current_op = op
         rule = registry.elementwise_rule(op)
         (result,) = op.results
         out_type = dtypes.of(result.type, op.name, op.location)
         in_types = [dtypes.of(v.type, op.name, op.location) for v in op.operands]
-        args, in_conns, in_edges = [], {}, []
+        args, in_conns, in_edges, lines = [], {}, [], []
         for k, (operand, element) in enumerate(zip(op.operands, in_types)):
             conn = f"__in{k}"
             binding = scope.env[operand.name]
@@ -87,6 +108,11 @@ def _emit_map(b: Builder, cluster: ElementwiseCluster, outputs: dict) -> None:
             if isinstance(binding, Pieces) and not binding.materialised:
                 args.append(_read_pieces(b, binding, conn, element, rank, in_conns, in_edges))
                 continue
+            if isinstance(binding, PendingView):
+                recompute = _Recompute(b, cluster, f"{conn}_", in_conns, in_edges)
+                args.append(recompute.value(binding, map_params(rank)))
+                lines.extend(recompute.lines)
+                continue
             binding = b.resolve(binding)
             if isinstance(binding, Literal):
                 args.append(f"({literal(binding.value, element)})")
@@ -97,11 +123,11 @@ def _emit_map(b: Builder, cluster: ElementwiseCluster, outputs: dict) -> None:
             in_conns[conn] = element.storage
             in_edges.append((b.read(data), conn, dace.Memlet(f"{data}[{subset}]"), True))
             args.append(element.load(conn))
-        expression = out_type.fit(rule.expression(op, args, in_types, out_type))
+        expression = out_type.fit(rule.at(op, args, in_types, out_type, map_params(rank)))
 
         key = (id(scope), result.name)
         internal = key in read_inside
-        out_conns, lines, out_edges = {}, [], []
+        out_conns, out_edges = {}, []
         if internal and key in outputs:
             lines.append(f"auto __v = {expression};")
             expression = "__v"
@@ -140,6 +166,71 @@ def _emit_map(b: Builder, cluster: ElementwiseCluster, outputs: dict) -> None:
                 state.add_edge(tasklet, conn, target, None, memlet)
     if entry is not None:
         b.propagate_map(entry, exit_)
+
+
+class _Recompute:
+    """C++ statements that compute a pending value at a given index inside one tasklet, op
+    by op, reading what the ops read through memlets (connectors ``prefix0, prefix1...``).
+    Values of the cluster being emitted are always recomputed: its map may not have
+    written the element yet."""
+
+    def __init__(self, b: Builder, cluster, prefix: str, in_conns: dict, in_edges: list):
+        self.b, self.cluster, self.prefix = b, cluster, prefix
+        self.in_conns, self.in_edges = in_conns, in_edges
+        self.lines: list[str] = []
+        self.done: dict[tuple, str] = {}
+
+    def value(self, binding, point: list[str]) -> str:
+        """The C++ expression (compute type) of ``binding`` at ``point``."""
+        if isinstance(binding, PendingView):
+            return self.value(binding.source, axes_point(binding.axes, point))
+        if isinstance(binding, Pending) and (unresolved(binding)
+                                             or binding.cluster is self.cluster):
+            return self._compute(binding, point)
+        if isinstance(binding, Pending):
+            binding = binding.cluster.resolved[binding.key]
+        element = dtypes.of(binding.type)
+        binding = self.b.resolve(binding)  # a concatenation: written already
+        if isinstance(binding, Literal):
+            return f"({literal(binding.value, element)})"
+        conn = f"{self.prefix}{len(self.in_conns)}"
+        data = binding.source.name if isinstance(binding, View) else binding.name
+        subset = ", ".join(index_expressions(binding, len(point), point))
+        self.in_conns[conn] = element.storage
+        self.in_edges.append((self.b.read(data), conn, dace.Memlet(f"{data}[{subset}]"), True))
+        return element.load(conn)
+
+    def _compute(self, binding: Pending, point: list[str]) -> str:
+        point = point if binding.type.rank else []
+        key = (binding.key, tuple(point))
+        if key not in self.done:
+            op = binding.scope.producers[binding.value.name]
+            out_type = dtypes.of(binding.type, op.name, op.location)
+            in_types = [dtypes.of(v.type, op.name, op.location) for v in op.operands]
+            args = [self.value(binding.scope.env[v.name], point) for v in op.operands]
+            expression = registry.elementwise_rule(op).at(op, args, in_types, out_type, point)
+            name = f"{self.prefix}v{len(self.done)}"
+            self.lines.append(f"const {out_type.compute} {name} = {out_type.fit(expression)};")
+            self.done[key] = name
+        return self.done[key]
+
+
+def emit_recomputed(b: Builder, binding, target: Array) -> Array:
+    """Write ``binding`` (a pending value or a view of one that no cluster wrote) into
+    ``target`` with one map over its shape."""
+    t = binding.type
+    if t.size:
+        in_conns, in_edges = {}, []
+        recompute = _Recompute(b, None, "__in", in_conns, in_edges)
+        expression = recompute.value(binding, map_params(t.rank))
+        element = dtypes.of(t)
+        code = "\n".join([*recompute.lines, f"__out = {element.store(expression)};"])
+        inputs = {conn: memlet for _, conn, memlet, _ in in_edges}
+        subset = ", ".join(map_params(t.rank)) if t.rank else "0"
+        b.mapped_tasklet("recompute", t, inputs, code,
+                         {"__out": dace.Memlet(f"{target.name}[{subset}]")},
+                         work_per_element=len(recompute.lines) + 1)
+    return target
 
 
 def _read_pieces(b: Builder, pieces: Pieces, conn: str, element, rank: int, in_conns: dict,
@@ -193,8 +284,8 @@ def scalar_region(b: Builder, block: ir.Block, arguments: list[str], prefix: str
                                 "region")
         out_type = dtypes.of(op.result.type, op.name, op.location)
         in_types = [dtypes.of(v.type, op.name, op.location) for v in op.operands]
-        expression = rule.expression(op, [names[v.name] for v in op.operands], in_types,
-                                     out_type)
+        expression = rule.at(op, [names[v.name] for v in op.operands], in_types, out_type,
+                             ["0"] * op.result.type.rank)
         variable = f"{prefix}{k}"
         lines.append(f"const {out_type.compute} {variable} = {out_type.fit(expression)};")
         names[op.result.name] = variable

@@ -29,6 +29,15 @@ class ElementwiseRule:
     #: ``when(op)``: whether this op is elementwise at all; if not, the op translator
     #: registered under the same name handles it (bitcast_convert between widths)
     when: Callable | None = None
+    #: the expression depends on the element's index (iota): it takes ``point``, the C++
+    #: index expressions of the element, as a keyword
+    indexed: bool = False
+
+    def at(self, op: ir.Op, args: list[str], in_types, out_type, point: list[str]) -> str:
+        """The expression for the element at ``point``."""
+        if self.indexed:
+            return self.expression(op, args, in_types, out_type, point=point)
+        return self.expression(op, args, in_types, out_type)
 
 
 @dataclass(frozen=True)
@@ -60,10 +69,10 @@ def register(*names: str):
 
 
 def register_elementwise(name: str, expression: Callable, family: str = "elementwise",
-                         when: Callable | None = None):
+                         when: Callable | None = None, indexed: bool = False):
     if name in _ELEMENTWISE or (name in _OPS and when is None):
         raise ValueError(f"{name} is registered twice")
-    _ELEMENTWISE[name] = ElementwiseRule(expression, family, when)
+    _ELEMENTWISE[name] = ElementwiseRule(expression, family, when, indexed)
 
 
 def elementwise_rule(op: ir.Op) -> ElementwiseRule | None:

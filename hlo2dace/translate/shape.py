@@ -6,31 +6,43 @@ from __future__ import annotations
 
 from .. import ir
 from . import dtypes
-from .builder import Array, Axis, Builder, Literal, Pieces, View, flat_index, map_params
+from .builder import (
+    Array,
+    Axis,
+    Builder,
+    Literal,
+    Pending,
+    PendingView,
+    Pieces,
+    View,
+    compose_axes,
+    flat_index,
+    map_params,
+    unresolved,
+)
 from .registry import register, register_elementwise
 
 
 def _view(b: Builder, operand: ir.Value, result: ir.Value, axes: list[Axis]) -> None:
     """Bind ``result`` to ``operand`` re-indexed by ``axes`` (one per operand dimension),
-    composing with a view the operand already is."""
-    source = b.operand(operand)
+    composing with a view the operand already is. A pending elementwise value stays
+    pending (``PendingView``) unless it is to be written into an array anyway."""
     t = result.type
+    pending = b.binding(operand)
+    if isinstance(pending, PendingView):
+        b.bind(result, PendingView(pending.source, compose_axes(pending.axes, axes), t))
+        return
+    if (b.recomputed_ops and isinstance(pending, Pending) and unresolved(pending)
+            and not pending.cluster.closed
+            and pending.value.name not in pending.scope.destinations):
+        b.bind(result, PendingView(pending, tuple(axes) if operand.type.rank else (), t))
+        return
+    source = b.operand(operand)
     if isinstance(source, Literal):
         b.bind(result, Literal(source.value, t))
         return
     if isinstance(source, View):
-        composed = []
-        for inner in source.axes:
-            if inner.dim is None:
-                composed.append(inner)
-                continue
-            outer = axes[inner.dim]
-            offset = inner.offset + inner.stride * outer.offset
-            if outer.dim is None:
-                composed.append(Axis(None, 0, offset))
-            else:
-                composed.append(Axis(outer.dim, inner.stride * outer.stride, offset))
-        b.bind(result, View(source.source, tuple(composed), t))
+        b.bind(result, View(source.source, compose_axes(source.axes, axes), t))
         return
     if source.type.rank == 0:  # a 0-d array broadcast or reshaped: always element 0
         axes = [Axis(None, 0, 0)]
@@ -52,11 +64,11 @@ def constant(b: Builder, op: ir.Op) -> None:
         b.bind(op.result, b.add_constant_array(dense.array, t))
 
 
-def _iota(op, args, ins, out):
-    return f"h2d::convert<{out.compute}>((int64_t)__i{int(op.attr('iota_dimension'))})"
+def _iota(op, args, ins, out, point):
+    return f"h2d::convert<{out.compute}>((int64_t)({point[int(op.attr('iota_dimension'))]}))"
 
 
-register_elementwise("stablehlo.iota", _iota, family="shape")
+register_elementwise("stablehlo.iota", _iota, family="shape", indexed=True)
 
 
 @register("stablehlo.broadcast_in_dim", "stablehlo.broadcast")
