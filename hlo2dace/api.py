@@ -154,6 +154,18 @@ def _level(name: str | None) -> optimize.Level:
 # ---------------------------------------------------------------------------- jit
 
 
+def _array_types() -> tuple[type, ...]:
+    from jax._src.array import ArrayImpl
+
+    return (np.ndarray, ArrayImpl)
+
+
+#: argument types ``JitFunction`` keys its cache on directly (shape, dtype, weak type)
+_ARRAY_TYPES = _array_types()
+#: marks such a key (a pytree's keys begin with its treedef)
+_FLAT = "arrays"
+
+
 class JitFunction:
     """``hlo2dace.jit(f)``: calls ``f`` through StableHLO and DaCe-compiled code."""
 
@@ -184,6 +196,10 @@ class JitFunction:
     def _signature(self, args, kwargs):
         import jax
 
+        if not kwargs and not self._static_argnums and all(
+                type(a) in _ARRAY_TYPES for a in args):  # arrays only: no pytree to flatten
+            return (_FLAT, tuple((a.shape, a.dtype, getattr(a, "weak_type", False))
+                                 for a in args), bool(jax.config.jax_enable_x64)), args
         if kwargs or self._static_argnums:
             dynamic_args, dynamic_kwargs, statics = self._split(args, kwargs)
         else:  # the common case, without the copies
@@ -211,9 +227,12 @@ class JitFunction:
                     lowered = self.lower(*args, **kwargs)
                     entry = self._cache[key] = (lowered.compile(), lowered.results)
         compiled, results = entry
-        specs = compiled.program.arguments
-        arrays = [_as_array(leaf, spec) for leaf, spec in zip(leaves, specs)]
-        return results.wrap(compiled.call_flat(arrays))
+        program = compiled.program
+        arrays = [leaf if type(leaf) is np.ndarray and leaf.dtype == dtype
+                  else _as_array(leaf, spec)
+                  for leaf, spec, dtype in zip(leaves, program.arguments,
+                                               program.argument_dtypes)]
+        return results.wrap(program(*arrays))
 
 
 class JitLowered(Lowered):

@@ -134,9 +134,18 @@ class Program:
         self.arguments = tuple(arguments)
         self.results = tuple(results)
         # what every call checks and allocates, made once
-        self._argument_dtypes = [np.dtype(spec.dtype) for spec in self.arguments]
-        self._output_layouts = [(spec.storage_shape, np.dtype(spec.storage))
-                                for spec in self.results]
+        #: the NumPy dtype of each argument
+        self.argument_dtypes = [np.dtype(spec.dtype) for spec in self.arguments]
+        #: per argument: the (shape, dtype) of a NumPy array passed as it is, or None
+        #: where the compiled code stores another type (16-bit floats, 0-d arrays)
+        self._as_is = [(spec.shape, np.dtype(spec.storage))
+                       if spec.dtype == spec.storage and spec.shape else None
+                       for spec in self.arguments]
+        self._output_layouts = [(spec.storage_shape, np.dtype(spec.storage),
+                                 int(np.prod(spec.storage_shape)) * np.dtype(spec.storage)
+                                 .itemsize >= ALIGNED_BYTES) for spec in self.results]
+        self._results_as_is = all(spec.dtype == spec.storage and spec.shape
+                                  for spec in self.results)
         self._constants = constants
         #: per C argument: the position of its array in a call's arguments + results, or
         #: the pointer of a constant (None: not prepared yet; empty: DaCe's marshalling)
@@ -146,25 +155,36 @@ class Program:
         self.built = built
 
     def check(self, arrays: Sequence[Any]) -> list[np.ndarray]:
-        """Validate call arguments against the specs; return them in storage layout."""
+        """Validate call arguments against the specs; return them in storage layout. A
+        C-contiguous NumPy array of the right shape and type passes as it is, checked in
+        one test."""
         if len(arrays) != len(self.arguments):
             raise ArgumentError(f"expected {len(self.arguments)} arguments, got {len(arrays)}")
         converted = []
-        for i, (array, spec, dtype) in enumerate(zip(arrays, self.arguments,
-                                                     self._argument_dtypes)):
-            array = np.asarray(array)
-            if array.shape != spec.shape:
-                raise ArgumentError(f"argument {i}: expected shape {spec.shape}, got "
-                                    f"{tuple(array.shape)}")
-            if array.dtype != dtype:
-                raise ArgumentError(f"argument {i}: expected dtype {np.dtype(spec.dtype).name}, "
-                                    f"got {array.dtype.name}")
-            converted.append(spec.to_storage(array))
+        for i, array in enumerate(arrays):
+            as_is = self._as_is[i]
+            if (as_is is not None and type(array) is np.ndarray and array.shape == as_is[0]
+                    and array.dtype == as_is[1] and array.flags.c_contiguous):
+                converted.append(array)
+            else:
+                converted.append(self._convert(i, array))
         return converted
+
+    def _convert(self, i: int, array: Any) -> np.ndarray:
+        spec, dtype = self.arguments[i], self.argument_dtypes[i]
+        array = np.asarray(array)
+        if array.shape != spec.shape:
+            raise ArgumentError(f"argument {i}: expected shape {spec.shape}, got "
+                                f"{tuple(array.shape)}")
+        if array.dtype != dtype:
+            raise ArgumentError(f"argument {i}: expected dtype {np.dtype(spec.dtype).name}, "
+                                f"got {array.dtype.name}")
+        return spec.to_storage(array)
 
     def __call__(self, *arrays: Any) -> list[np.ndarray]:
         inputs = self.check(arrays)
-        outputs = [_empty(shape, dtype) for shape, dtype in self._output_layouts]
+        outputs = [_aligned_empty(shape, dtype) if aligned else np.empty(shape, dtype)
+                   for shape, dtype, aligned in self._output_layouts]
         buffers = inputs + outputs
         with self._call_lock:
             if self._slots is None:
@@ -175,6 +195,8 @@ class Program:
                                             for slot in self._slots])
             else:  # arguments that are not all arrays: DaCe's own marshalling
                 self._compiled(**self._named(buffers))
+        if self._results_as_is:
+            return outputs
         return [spec.from_storage(out) for spec, out in zip(self.results, outputs)]
 
     def _named(self, buffers: list[np.ndarray]) -> dict[str, Any]:
@@ -208,10 +230,8 @@ class Program:
 ALIGNED_BYTES = 1 << 16
 
 
-def _empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+def _aligned_empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     size = int(np.prod(shape)) * dtype.itemsize
-    if size < ALIGNED_BYTES:
-        return np.empty(shape, dtype)
     raw = np.empty(size + 64, np.uint8)
     start = -raw.ctypes.data % 64
     return raw[start:start + size].view(dtype).reshape(shape)
