@@ -228,7 +228,7 @@ class JitFunction:
                     entry = self._cache[key] = (lowered.compile(), lowered.results)
         compiled, results = entry
         program = compiled.program
-        arrays = [leaf if type(leaf) is np.ndarray and leaf.dtype == dtype
+        arrays = [leaf if type(leaf) in _ARRAY_TYPES and leaf.dtype == dtype
                   else _as_array(leaf, spec)
                   for leaf, spec, dtype in zip(leaves, program.arguments,
                                                program.argument_dtypes)]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -28,6 +29,7 @@ from typing import Any, Sequence
 import ml_dtypes  # noqa: F401  (registers bfloat16, int4, ... as NumPy dtype names)
 import numpy as np
 
+from . import callpath
 from .errors import ArgumentError, CompilationError
 
 # OpenMP workers that spin while waiting for the next parallel region take the cores from
@@ -150,6 +152,8 @@ class Program:
         #: per C argument: the position of its array in a call's arguments + results, or
         #: the pointer of a constant (None: not prepared yet; empty: DaCe's marshalling)
         self._slots: list[int | ctypes.c_void_p] | None = None
+        #: the C call path (``callpath.py``) once prepared, else None: ctypes
+        self._native = None
         self.folder = folder
         #: True if this process built the binary, False if it came from the disk cache
         self.built = built
@@ -161,10 +165,13 @@ class Program:
         if len(arrays) != len(self.arguments):
             raise ArgumentError(f"expected {len(self.arguments)} arguments, got {len(arrays)}")
         converted = []
+        exported = _exported_types() if self._native is not None else ()
         for i, array in enumerate(arrays):
             as_is = self._as_is[i]
-            if (as_is is not None and type(array) is np.ndarray and array.shape == as_is[0]
-                    and array.dtype == as_is[1] and array.flags.c_contiguous):
+            kind = type(array)
+            if (as_is is not None and (kind is np.ndarray and array.flags.c_contiguous
+                                       or kind in exported)
+                    and array.shape == as_is[0] and array.dtype == as_is[1]):
                 converted.append(array)
             else:
                 converted.append(self._convert(i, array))
@@ -189,7 +196,13 @@ class Program:
         with self._call_lock:
             if self._slots is None:
                 self._prepare(buffers)
-            if self._slots:
+            if self._native is not None:
+                try:
+                    self._native(*self._native_prefix, *buffers)
+                except (BufferError, TypeError):  # a jax.Array without a host buffer
+                    buffers = [self._convert(i, a) for i, a in enumerate(inputs)] + outputs
+                    self._native(*self._native_prefix, *buffers)
+            elif self._slots:
                 self._cfunc(self._handle, *[buffers[slot].__array_interface__["data"][0]
                                             if isinstance(slot, int) else slot
                                             for slot in self._slots])
@@ -223,6 +236,25 @@ class Program:
         # pointers as plain ints: ctypes converts them without c_void_p objects
         self._cfunc.argtypes = [ctypes.c_void_p] * (1 + len(slots))
         self._slots = slots
+        native = callpath.native()
+        if native is not None and len(slots) <= native.MAX_POINTERS:
+            constants = [name for name in compiled._sig if name not in position]
+            self._native_prefix = (
+                ctypes.cast(self._cfunc, ctypes.c_void_p).value, self._handle.value,
+                tuple(position[name] if name in position else -1 - constants.index(name)
+                      for name in compiled._sig),
+                tuple(self._constants[name] for name in constants))
+            self._native = native.call
+
+
+@functools.lru_cache(maxsize=1)
+def _exported_types() -> tuple[type, ...]:
+    """Array types besides NumPy's whose host buffer the C call path reads directly."""
+    try:
+        from jax._src.array import ArrayImpl
+    except ImportError:
+        return ()
+    return (ArrayImpl,)
 
 
 #: results this large are allocated on 64-byte boundaries: jaxlib then wraps them in a

@@ -109,6 +109,47 @@ def test_prepared_call_path_gives_fresh_results():
     assert first[0].unsafe_buffer_pointer() % 64 == 0
 
 
+@pytest.mark.parametrize("native", [True, False], ids=["c-call", "ctypes"])
+def test_both_call_paths(native, monkeypatch):
+    """The C call path (buffer protocol, jax.Arrays read in place) and the ctypes one it
+    falls back to without a C compiler give the same results, with constants, 16-bit and
+    0-d arguments, non-contiguous NumPy inputs and jax.Arrays."""
+    from hlo2dace import callpath, runtime
+
+    if not native:
+        monkeypatch.setattr(callpath, "native", lambda: None)
+    else:
+        assert callpath.native() is not None, "cc and Python.h are here: it must build"
+    monkeypatch.setattr(runtime, "_loaded", {})  # a fresh Program, prepared anew
+
+    def f(x, h, s):
+        table = jnp.arange(12.0).reshape(3, 4) ** 2  # a non-splat constant
+        return x @ table + s, h * 2
+
+    x = np.arange(6.0).reshape(2, 3)
+    h = np.arange(5, dtype=jnp.bfloat16)
+    fun = hlo2dace.jit(f)
+    for args in [(x, h, 1.5), (np.asfortranarray(x), h, 2.0),
+                 (jnp.asarray(x), jnp.asarray(h), jnp.float32(3))]:
+        expected = jax.jit(f)(*args)
+        actual = fun(*args)
+        for e, a in zip(expected, actual):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(e))
+    program = fun.lower(x, h, 1.5).compile().program
+    assert (program._native is not None) == native
+
+
+def test_jax_arrays_still_being_computed_are_read_when_ready():
+    """jax.jit dispatches asynchronously; its result's buffer is read only once written."""
+    slow = jax.jit(lambda x: jnp.sin(x) @ jnp.cos(x) + 1.0)
+    double = hlo2dace.jit(lambda y: y * 2.0)
+    x = jnp.asarray(np.random.default_rng(0).standard_normal((600, 600), np.float32))
+    double(slow(x))
+    for _ in range(3):
+        y = slow(x)
+        np.testing.assert_array_equal(np.asarray(double(y)), np.asarray(y) * 2.0)
+
+
 def test_lowered_stages(seed_args):
     lowered = hlo2dace.jit(seed).lower(*seed_args)
     text = lowered.as_text()

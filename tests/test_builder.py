@@ -104,4 +104,5 @@ def test_concatenations_read_by_elementwise_ops_are_not_written():
     assert len(_maps(sdfg)) == 1
     assert not _arrays(sdfg, transient=True)
     assert_matches_jax(stencil, u)
-    assert_matches_jax(mixed, u, np.linspace(-1, 1, 15).reshape(3, 5))
+    # sin within libmvec's few ULP where its map vectorises (docs/vector-math.md)
+    assert_matches_jax(mixed, u, np.linspace(-1, 1, 15).reshape(3, 5), ulp=4)

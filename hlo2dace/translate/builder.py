@@ -210,6 +210,8 @@ class ElementwiseCluster:
     resolved: dict[tuple[int, str], Array] = field(default_factory=dict)
     #: values that must be written whatever their users (something needs their array)
     required: set[tuple[int, str]] = field(default_factory=set)
+    #: values whose one reader computes them itself (``Builder.absorb``)
+    absorbed: set[tuple[int, str]] = field(default_factory=set)
 
 
 # ------------------------------------------------------------------------- scopes
@@ -593,13 +595,53 @@ class Builder:
         self.mapped_tasklet("copy", t, inputs, code,
                             {"__out": dace.Memlet(f"{target.name}[{out_subset}]")})
 
-    def element_reads(self, values: Sequence[ir.Value], rank: int, prefix: str = "__in"
+    def absorb(self, values: Sequence[ir.Value], op: ir.Op, operands: Sequence[ir.Value]
+               ) -> None:
+        """Let ``op`` compute each of ``values`` that is pending and read by ``op`` alone in
+        its own map (``element_reads``), so that its cluster never writes it, as XLA fuses
+        the update of a ``.at[].set`` into it. Not when that would read the array of one of
+        ``operands`` (``op`` may update it in place) or one a loop updates in place."""
+        if not self.recomputed_ops:
+            return
+        held = {binding.name for v in operands  # those reusable_array may update
+                if isinstance(binding := self.scope.env.get(v.name), Array)
+                and v.name in self.scope.producers and self.sdfg.arrays[binding.name].transient}
+        for value in values:
+            binding = self.binding(value)
+            if not (isinstance(binding, Pending) and unresolved(binding)
+                    and not binding.cluster.closed
+                    and value.name not in self.scope.destinations
+                    and [id(user) for user in self.scope.uses.get(value.name, ())] == [id(op)]
+                    and sum(v.name == value.name for v in op.operands) == 1):
+                continue
+            reads = recomputed_reads(binding, 4 * self.recomputed_ops)
+            if reads is None:
+                continue
+            reads = [self.resolve(read) if isinstance(read, Pieces) else read for read in reads]
+            if not any(_holds(read, name) for read in reads
+                       for name in (*held, *self.written_in_place)):
+                binding.cluster.absorbed.add(binding.key)
+
+    def element_reads(self, values: Sequence[ir.Value], rank: int, prefix: str = "__in",
+                      lines: list[str] | None = None
                       ) -> tuple[dict[str, dace.Memlet], list[str]]:
         """Memlets (connectors ``prefix0, prefix1, ...``) and C++ expressions in compute
         types that read each of ``values`` at the point ``__i0..`` of a map over a shape of
-        ``rank`` dimensions; splat literals become literals."""
+        ``rank`` dimensions; splat literals become literals. Values ``absorb`` gave to this
+        op are computed by statements appended to ``lines``."""
         inputs, expressions = {}, []
         for k, value in enumerate(values):
+            binding = self.binding(value)
+            if (lines is not None and isinstance(binding, Pending) and unresolved(binding)
+                    and binding.key in binding.cluster.absorbed):
+                from .fusion import Recompute
+
+                in_edges: list = []
+                recompute = Recompute(self, None, f"{prefix}{k}_", {}, in_edges)
+                expressions.append(recompute.value(binding, map_params(rank)))
+                lines.extend(recompute.lines)
+                inputs.update({conn: memlet for _, conn, memlet, _ in in_edges})
+                continue
             binding = self.operand(value)
             element = dtypes.of(value.type)
             if isinstance(binding, Literal):

@@ -42,7 +42,8 @@ def emit_cluster(b: Builder, cluster: ElementwiseCluster) -> None:
             if (id(scope), id(user)) in members:
                 continue
             view = scope.env.get(user.results[0].name) if len(user.results) == 1 else None
-            if not (isinstance(view, PendingView) and view.source.key == key):
+            if not (isinstance(view, PendingView) and view.source.key == key
+                    or key in cluster.absorbed):
                 return True
         return key in cluster.required
 
@@ -109,7 +110,7 @@ def _emit_map(b: Builder, cluster: ElementwiseCluster, outputs: dict) -> None:
                 args.append(_read_pieces(b, binding, conn, element, rank, in_conns, in_edges))
                 continue
             if isinstance(binding, PendingView):
-                recompute = _Recompute(b, cluster, f"{conn}_", in_conns, in_edges)
+                recompute = Recompute(b, cluster, f"{conn}_", in_conns, in_edges)
                 args.append(recompute.value(binding, map_params(rank)))
                 lines.extend(recompute.lines)
                 continue
@@ -168,7 +169,7 @@ def _emit_map(b: Builder, cluster: ElementwiseCluster, outputs: dict) -> None:
         b.propagate_map(entry, exit_)
 
 
-class _Recompute:
+class Recompute:
     """C++ statements that compute a pending value at a given index inside one tasklet, op
     by op, reading what the ops read through memlets (connectors ``prefix0, prefix1...``).
     Values of the cluster being emitted are always recomputed: its map may not have
@@ -221,7 +222,7 @@ def emit_recomputed(b: Builder, binding, target: Array) -> Array:
     t = binding.type
     if t.size:
         in_conns, in_edges = {}, []
-        recompute = _Recompute(b, None, "__in", in_conns, in_edges)
+        recompute = Recompute(b, None, "__in", in_conns, in_edges)
         expression = recompute.value(binding, map_params(t.rank))
         element = dtypes.of(t)
         code = "\n".join([*recompute.lines, f"__out = {element.store(expression)};"])

@@ -215,7 +215,8 @@ def _update_strided(b: Builder, op: ir.Op, targets: Sequence[Array],
     position = ", ".join(str(offset) if dim is None else
                          f"{offset} + {stride} * {params[dim]}" if stride != 1 or offset else
                          params[dim] for offset, stride, dim in boxes) or "0"
-    inputs, names = b.element_reads(updates, rank, "__x")
+    computed: list[str] = []
+    inputs, names = b.element_reads(updates, rank, "__x", computed)
     current = []
     for k, target in enumerate(targets):
         # read even where the body ignores it: orders the map after the operand's copy
@@ -225,7 +226,8 @@ def _update_strided(b: Builder, op: ir.Op, targets: Sequence[Array],
     body, returned = scalar_region(b, region, current + names, "__v")
     b.current_op = saved
     elements = [dtypes.of(target.type) for target in targets]
-    code = body + [f"__r{k} = {e.store(r)};" for k, (e, r) in enumerate(zip(elements, returned))]
+    code = computed + body + [f"__r{k} = {e.store(r)};"
+                              for k, (e, r) in enumerate(zip(elements, returned))]
     b.mapped_tasklet("scatter", updates[0].type, inputs, "\n".join(code),
                      {f"__r{k}": dace.Memlet(f"{target.name}[{position}]")
                       for k, target in enumerate(targets)})
@@ -285,17 +287,6 @@ def scatter(b: Builder, op: ir.Op) -> None:
     elements = [dtypes.of(v.type, op.name, op.location) for v in op.results]
     update_elements = [dtypes.of(v.type, op.name, op.location) for v in updates]
 
-    targets = []
-    for value, result in zip(inputs, op.results):
-        source = b.operand(value)
-        target = b.reusable_array(value, op, result) or b.result_array(result)
-        if not (isinstance(source, Array) and source.name == target.name):  # else in place
-            b.copy_into(source, target)
-        b.bind(result, target)
-        targets.append(target)
-    if targets[0].type.size == 0 or updates[0].type.size == 0:
-        return
-
     # operand dimension -> the update dimension its window runs along (None: inserted or
     # batching, a window of one element), and the size of the window there
     window_of: dict[int, int] = {}
@@ -306,6 +297,19 @@ def scatter(b: Builder, op: ir.Op) -> None:
     window_sizes = [update_shape[window_of[d]] if d in window_of else 1
                     for d in range(len(shape))]
     strided = _strided_window(b, op, numbers, window_of, window_sizes)
+    if strided is not None:
+        b.absorb(updates, op, inputs)
+
+    targets = []
+    for value, result in zip(inputs, op.results):
+        source = b.operand(value)
+        target = b.reusable_array(value, op, result) or b.result_array(result)
+        if not (isinstance(source, Array) and source.name == target.name):  # else in place
+            b.copy_into(source, target)
+        b.bind(result, target)
+        targets.append(target)
+    if targets[0].type.size == 0 or updates[0].type.size == 0:
+        return
     if strided is not None:
         _update_strided(b, op, targets, strided)
         return
