@@ -271,6 +271,26 @@ def collect_uses(ops: Sequence[ir.Op]) -> dict[str, list[ir.Op]]:
     return uses
 
 
+def updates_in_results(block: ir.Block, destinations: dict[str, str]) -> None:
+    """A function result made by a chain of updates (``zeros.at[a].set(u).at[b].set(v)``)
+    is built in its own array: the operand of an update whose result goes into an array
+    goes there too, if the update is its only user, so each update is in place
+    (``Builder.reusable_array``) and nothing is copied. Only for the entry function, whose
+    result arrays nothing reads."""
+    uses = collect_uses(block.ops)
+    produced = {r.name for op in block.ops for r in op.results}
+    for op in reversed(block.ops):
+        if op.name not in ("stablehlo.scatter", "stablehlo.dynamic_update_slice") \
+                or len(op.results) != 1:
+            continue
+        operand, target = op.operands[0], destinations.get(op.results[0].name)
+        if (target is not None and operand.name in produced
+                and operand.name not in destinations
+                and [id(user) for user in uses.get(operand.name, ())] == [id(op)]
+                and sum(v.name == operand.name for v in op.operands) == 1):
+            destinations[operand.name] = target
+
+
 def unresolved(binding: Pending) -> bool:
     """Whether ``binding``'s value is in no array (its cluster is open, or did not write it)."""
     return binding.key not in binding.cluster.resolved
@@ -302,7 +322,8 @@ def _holds(binding: object, array: str) -> bool:
         source = binding.source if isinstance(binding, PendingView) else binding
         if not unresolved(source):
             return _holds(source.cluster.resolved[source.key], array)
-        if isinstance(binding, Pending) and not source.cluster.closed:
+        if (isinstance(binding, Pending) and not source.cluster.closed
+                and source.key not in source.cluster.absorbed):
             return False  # its cluster is emitted before any update in place
         reads = recomputed_reads(binding, budget=1 << 30)
         return any(_holds(read, array) for read in reads)
@@ -532,9 +553,11 @@ class Builder:
         every earlier read of the array comes before the update."""
         scope = self.scope
         binding = scope.env.get(value.name)
+        destination = scope.destinations.get(result.name)
         if (not isinstance(binding, Array) or value.name not in scope.producers
-                or result.name in scope.destinations or binding.name in self.constants
-                or not self.sdfg.arrays[binding.name].transient
+                or binding.name in self.constants
+                or not (self.sdfg.arrays[binding.name].transient and destination is None
+                        or binding.name == destination)  # see updates_in_results
                 or [id(user) for user in scope.uses.get(value.name, ())] != [id(op)]):
             return None
         if any(_holds(scope.env.get(v.name), binding.name) for v in op.operands
@@ -546,6 +569,7 @@ class Builder:
             if name != value.name and _holds(other, binding.name) and any(
                     position.get(id(user), now) > now for user in scope.uses.get(name, ())):
                 return None
+        scope.destinations.pop(result.name, None)
         self.new_state("in_place")
         return binding
 
@@ -911,6 +935,7 @@ class Builder:
         for value, target in zip(block.terminator.operands, results):
             if value.name in produced and value.name not in destinations:
                 destinations[value.name] = target.name
+        updates_in_results(block, destinations)
         env = ChainMap({a.name: b for a, b in zip(main.arguments, arguments)})
         scope = Scope.of(env, block, destinations)
         returned = self.translate_block(block, scope)
