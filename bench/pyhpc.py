@@ -119,7 +119,8 @@ def write(rows: list[dict]) -> None:
         "in the same run; ratio = hlo2dace / XLA (below 1: hlo2dace is faster). `first call`: the",
         "first `hlo2dace.jit` call with an empty cache (translation, optimisation, C++ build).",
         f"Machine: {os.cpu_count()} cores; load average at the end "
-        f"{os.getloadavg()[0]:.1f}.",
+        f"{os.getloadavg()[0]:.1f}. hlo2dace's optimisation level: "
+        f"`{os.environ.get('HLO2DACE_OPTIMIZE') or 'default'}`.",
         "",
         "| benchmark | threads | size | NumPy | XLA | hlo2dace | ratio | first call s "
         "| max rel. error |",
@@ -157,8 +158,12 @@ def main() -> None:
     parser.add_argument("--pyhpc", type=Path, required=True, help="a pyhpc-benchmarks checkout")
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
     parser.add_argument("--budget", type=float, default=1.0, help="seconds per timing")
+    parser.add_argument("--optimize", choices=["none", "default", "aggressive"],
+                        help="hlo2dace's optimisation level (default: $HLO2DACE_OPTIMIZE)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.optimize:
+        os.environ["HLO2DACE_OPTIMIZE"] = args.optimize  # the measuring children inherit it
     if args.child:
         print(json.dumps(measure(args.pyhpc.resolve(), args.sizes, args.budget)))
         return

@@ -29,11 +29,14 @@ def _view(b: Builder, operand: ir.Value, result: ir.Value, axes: list[Axis]) -> 
     pending (``PendingView``) unless it is to be written into an array anyway."""
     t = result.type
     pending = b.binding(operand)
-    if isinstance(pending, PendingView):
+    source = pending.source if isinstance(pending, PendingView) else pending
+    # a broadcast of a pending value is written at its own (smaller) size once and read
+    # through a View, rather than recomputed for every element it is broadcast to
+    if isinstance(pending, PendingView) and t.size <= source.type.size:
         b.bind(result, PendingView(pending.source, compose_axes(pending.axes, axes), t))
         return
     if (b.recomputed_ops and isinstance(pending, Pending) and unresolved(pending)
-            and not pending.cluster.closed
+            and not pending.cluster.closed and t.size <= pending.type.size
             and pending.value.name not in pending.scope.destinations):
         b.bind(result, PendingView(pending, tuple(axes) if operand.type.rank else (), t))
         return
