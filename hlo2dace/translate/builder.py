@@ -9,9 +9,10 @@ materialises what it can express otherwise. Every SSA value is bound to a ``Bind
 * ``View``: an affine re-indexing of an array (broadcast_in_dim, transpose, slice, unit
   reshape), read through memlets by its consumers and copied only when an op needs an array;
 * ``Pending``: the result of an elementwise op whose map has not been emitted yet;
-* ``PendingView``: a ``View`` of a pending value. An elementwise consumer recomputes the
-  value at the index it reads, as XLA fuses a cheap producer into each of its consumers, so
-  that a stencil's slices of slices never reach memory.
+* ``PendingView``: a ``View`` of a pending value that reads no element twice (a slice, not
+  a broadcast). An elementwise consumer recomputes the value at the index it reads, as XLA
+  fuses a cheap producer into each of its consumers, so that a stencil's slices of slices
+  never reach memory.
 
 Elementwise ops of one shape gather into an open ``ElementwiseCluster`` and are emitted
 as ONE map with one tasklet per op and register scalars between them; only values used
@@ -296,10 +297,19 @@ def unresolved(binding: Pending) -> bool:
     return binding.key not in binding.cluster.resolved
 
 
-def recomputed_reads(binding: Union[Pending, PendingView], budget: int
-                     ) -> list[Binding] | None:
+#: ops that cost tens of simple ops: a pending value computed by one that has other users
+#: is written once rather than recomputed by each reader (as XLA will not duplicate them)
+EXPENSIVE_OPS = frozenset(f"stablehlo.{name}" for name in (
+    "tanh", "exponential", "exponential_minus_one", "log", "log_plus_one", "logistic",
+    "sine", "cosine", "tan", "power", "atan2", "cbrt"))
+
+
+def recomputed_reads(binding: Union[Pending, PendingView], budget: int,
+                     shared_expensive: bool = True) -> list[Binding] | None:
     """What recomputing ``binding`` element by element reads (arrays, views, literals,
-    concatenations, values in arrays), or None if it takes more than ``budget`` ops."""
+    concatenations, values in arrays, and with ``shared_expensive`` pending values of
+    ``EXPENSIVE_OPS`` with other users, to be written first), or None if it takes more
+    than ``budget`` ops."""
     reads, stack, ops = [], [binding], 0
     while stack:
         item = stack.pop()
@@ -308,10 +318,14 @@ def recomputed_reads(binding: Union[Pending, PendingView], budget: int
         if not (isinstance(item, Pending) and unresolved(item)):
             reads.append(item)
             continue
+        op = item.scope.producers[item.value.name]
+        if (shared_expensive and item is not binding and op.name in EXPENSIVE_OPS
+                and len(item.scope.uses.get(item.value.name, ())) > 1):
+            reads.append(item)
+            continue
         ops += 1
         if ops > budget:
             return None
-        op = item.scope.producers[item.value.name]
         stack.extend(item.scope.env[v.name] for v in op.operands)
     return reads
 
@@ -325,7 +339,7 @@ def _holds(binding: object, array: str) -> bool:
         if (isinstance(binding, Pending) and not source.cluster.closed
                 and source.key not in source.cluster.absorbed):
             return False  # its cluster is emitted before any update in place
-        reads = recomputed_reads(binding, budget=1 << 30)
+        reads = recomputed_reads(binding, 1 << 30, shared_expensive=False)
         return any(_holds(read, array) for read in reads)
     if isinstance(binding, Array):
         return binding.name == array
@@ -641,10 +655,14 @@ class Builder:
             reads = recomputed_reads(binding, 4 * self.recomputed_ops)
             if reads is None:
                 continue
-            reads = [self.resolve(read) if isinstance(read, Pieces) else read for read in reads]
-            if not any(_holds(read, name) for read in reads
-                       for name in (*held, *self.written_in_place)):
-                binding.cluster.absorbed.add(binding.key)
+            # marked first: writing what it reads may close its cluster (if refused after
+            # that, resolving the value recomputes it)
+            binding.cluster.absorbed.add(binding.key)
+            reads = [self.resolve(read) if isinstance(read, (Pending, Pieces)) else read
+                     for read in reads]
+            if any(_holds(read, name) for read in reads
+                   for name in (*held, *self.written_in_place)):
+                binding.cluster.absorbed.discard(binding.key)
 
     def element_reads(self, values: Sequence[ir.Value], rank: int, prefix: str = "__in",
                       lines: list[str] | None = None
@@ -834,9 +852,7 @@ class Builder:
         if reads is None:
             return False
         for read in reads:
-            if isinstance(read, Pending):
-                read = read.cluster.resolved[read.key]
-            if isinstance(read, Pieces):
+            if isinstance(read, (Pending, Pieces)):
                 read = self.resolve(read)
             if any(_holds(read, target) for target in self.written_in_place):
                 return False
