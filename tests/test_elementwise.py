@@ -325,11 +325,27 @@ by_group = pytest.mark.parametrize("group", [pytest.param(tuple(np.dtype(d) for 
                                              for n, g in GROUPS.items()])
 
 
+#: ops whose loops call libmvec where they vectorise, by their VECTOR_ULP names
+VECTORISED = {"exponential": "exp", "exponential_minus_one": "expm1", "log": "log",
+              "log_plus_one": "log1p", "logistic": "exp", "sine": "sin", "cosine": "cos",
+              "tan": "tan", "tanh": "tanh", "cbrt": "cbrt", "power": "pow"}
+
+
+def _tolerance(op: str, dtype: str) -> int:
+    """The op's ULP tolerance: where its loop vectorises (it does alone in a map, as at
+    optimisation level none), libmvec's results are within VECTOR_ULP of XLA's; 16-bit
+    floats, computed in f32, may round the other way once."""
+    vector = VECTOR_ULP.get(dtype, {}).get(VECTORISED.get(op), 0) if op in VECTORISED else 0
+    if op in VECTORISED and dtype in ("float16", "bfloat16"):
+        vector = 1
+    return max(ULP.get((op, dtype), 0), vector)
+
+
 def _per_dtype(table, group):
     """{dtype name: {op name: function}} and the ULP tolerances of the ops' leaves."""
     ops = {dtype_id(d): _ops_for(table, d) for d in group}
-    tolerances = {f"['{d}']['{op}']": ULP[(op, d)] for d, names in ops.items()
-                  for op in names if (op, d) in ULP}
+    tolerances = {f"['{d}']['{op}']": _tolerance(op, d) for d, names in ops.items()
+                  for op in names if _tolerance(op, d)}
     return ops, tolerances
 
 
@@ -585,7 +601,7 @@ def test_logistic_op():
     m = Module()
     for dtype in FLOAT_DTYPES + COMPLEX_DTYPES:
         m.op(f"logistic_{dtype_id(dtype)}", "logistic", [m.arg(unary_values(dtype))],
-             ulp=ULP.get(("logistic", dtype_id(dtype)), 0))
+             ulp=_tolerance("logistic", dtype_id(dtype)))
     m.check()
 
 
@@ -765,13 +781,22 @@ def test_vectorised_transcendentals(name, dtype):
     arguments = [x]
     if name in ("pow", "atan2"):
         y = np.roll(x, 1)
-        if name == "atan2":  # XLA gives -pi for atan2(denormal, negative); hlo2dace +pi
-            y[np.abs(x) < np.finfo(dtype).tiny] = 1.0
         arguments.append(y)
     expected = jax.jit(fun)(*arguments)
     compiled = hlo2dace.jit(fun, optimize="default").lower(*arguments).compile()
     assert_close(expected, compiled(*arguments), VECTOR_ULP[np.dtype(dtype).name][name], name)
     suffix = "f" if dtype == np.float32 else ""
     library = next(compiled.folder.rglob("libh2d_*.so")).read_bytes()
-    assert re.search(rb"_ZGV[a-z]N\d+v+_" + (name + suffix).encode() + rb"\b",
-                     library), f"{name}: the loop does not call libmvec"
+    vectorised = re.search(rb"_ZGV[a-z]N\d+v+_" + (name + suffix).encode() + rb"\b", library)
+    # atan2 stays libm's scalar function: libmvec's reads denormals as zero under DAZ
+    assert bool(vectorised) == (name != "atan2"), f"{name}: libmvec called: {vectorised}"
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=dtype_id)
+def test_vectorised_loops_keep_denormal_inputs(dtype):
+    """libmvec reads denormal inputs as zero under DAZ, XLA does not: sin(x) = x and
+    atan2(tiny, x) exactly as XLA gives them, in loops long enough to vectorise."""
+    tiny = np.finfo(dtype).smallest_subnormal
+    y = np.tile(np.array([tiny, -tiny, tiny * 1000, 1.0], dtype), 16)
+    x = np.tile(np.array([0.0, -1.0, 1.0, -0.0, 2.0], dtype), 13)[:64]
+    assert_matches_jax(lambda y, x: (jnp.sin(y), jnp.arctan2(y, x)), y, x)
