@@ -1,5 +1,6 @@
-"""The C call path (``h2d_call.c``): built once per machine into the cache folder with the
-C compiler DaCe uses, then imported. Calling a program through it costs about a
+"""The C call path (``h2d_call.c``), built once per machine and Python with the C compiler
+DaCe uses, into ``$XDG_CACHE_HOME/hlo2dace-native`` (beside the program cache, which tests
+and benchmarks point elsewhere), then imported. Calling a program through it costs about a
 microsecond plus 50 ns per array, where ctypes needs each array's address from Python
 first (about half a microsecond each). Without a C compiler or Python's headers it is
 None, and ``runtime.Program`` calls through ctypes."""
@@ -24,15 +25,16 @@ SOURCE = Path(__file__).with_name("h2d_call.c")
 @functools.lru_cache(maxsize=1)
 def native() -> ModuleType | None:
     """The built extension module, or None if it cannot be built here."""
-    from .runtime import _file_lock, cache_dir
+    from .runtime import _file_lock
 
     suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
     source = SOURCE.read_bytes()
     digest = hashlib.sha256(source + suffix.encode()).hexdigest()[:16]
-    folder = cache_dir() / f"h2d_call-{digest}"
-    library = folder / f"h2d_call{suffix}"
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    root = Path(base) / "hlo2dace-native"
+    library = root / f"h2d_call-{digest}" / f"h2d_call{suffix}"
     try:
-        with _file_lock(cache_dir() / f"h2d_call-{digest}.lock"):
+        with _file_lock(root / f"h2d_call-{digest}.lock"):
             if not library.is_file():
                 _build(library)
         spec = importlib.util.spec_from_file_location(
