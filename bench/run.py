@@ -126,9 +126,9 @@ NOTES = {
     "End to end": (
         "Matrix products run in OpenBLAS. Elementwise work is one fused map whose "
         "transcendental functions (tanh, exp, log) vectorise with glibc's libmvec "
-        "(docs/vector-math.md). Per-call overhead (last row) is still above `jax.jit`'s: "
-        "getting each array's pointer, the argument checks and the pytree/signature in Python, "
-        "and making the `jax.Array` results (`batched_device_put`)."),
+        "(docs/vector-math.md). Per-call overhead (last row): the `Compiled` call goes through "
+        "a C extension that reads the arrays' buffers; `hlo2dace.jit` stays above `jax.jit`, "
+        "mostly for making the `jax.Array` results (jaxlib's `batched_device_put`)."),
     "Contractions": (
         "f32/f64 products call OpenBLAS's `cblas_?gemm` with transposes absorbed as its flags "
         "and leading dimensions, one call per batch element; XLA calls Eigen. At 64x64 the "
@@ -145,10 +145,11 @@ NOTES = {
         "stencil's `jnp.roll`s are concatenations that hlo2dace materialises as arrays every "
         "step, where XLA fuses them into the update."),
     "Kernels": (
-        "Stencils written as pyhpc writes them: slices are views read in place by one fused "
-        "map, and the `.at[]` update of a static interior window is a strided map that "
-        "writes the operand's array in place where the operand is dead. Chains of products "
-        "are one `cblas_sgemm` each."),
+        "Stencils written as pyhpc writes them: slices of values not written yet are "
+        "recomputed by the maps that read them, so the fluxes never reach memory; the `.at[]` "
+        "update of a static interior window computes its update in its own strided map, in "
+        "place where the operand is dead, and a chain of updates that ends in a result is "
+        "built in the result's array. Chains of products are one `cblas_sgemm` each."),
 }
 
 

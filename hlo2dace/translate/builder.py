@@ -365,6 +365,7 @@ class Builder:
         #: fuse elementwise clusters; recompute views of pending values (``optimize.py``)
         self.fuse = optimize.fuse
         self.recomputed_ops = optimize.recomputed_ops
+        self.recompute_broadcasts = optimize.recompute_broadcasts
         try:
             self.entry = module.functions[entry] if entry else module.main
         except LookupError:

@@ -31,12 +31,14 @@ def _view(b: Builder, operand: ir.Value, result: ir.Value, axes: list[Axis]) -> 
     pending = b.binding(operand)
     source = pending.source if isinstance(pending, PendingView) else pending
     # a broadcast of a pending value is written at its own (smaller) size once and read
-    # through a View, rather than recomputed for every element it is broadcast to
-    if isinstance(pending, PendingView) and t.size <= source.type.size:
+    # through a View, rather than recomputed for every element it is broadcast to (unless
+    # the level says otherwise)
+    recompute = b.recompute_broadcasts or t.size <= source.type.size
+    if isinstance(pending, PendingView) and recompute:
         b.bind(result, PendingView(pending.source, compose_axes(pending.axes, axes), t))
         return
     if (b.recomputed_ops and isinstance(pending, Pending) and unresolved(pending)
-            and not pending.cluster.closed and t.size <= pending.type.size
+            and not pending.cluster.closed and recompute
             and pending.value.name not in pending.scope.destinations):
         b.bind(result, PendingView(pending, tuple(axes) if operand.type.rank else (), t))
         return
