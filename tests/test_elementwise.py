@@ -769,9 +769,10 @@ VECTOR_FUNCTIONS = {
 @pytest.mark.parametrize("name", VECTOR_FUNCTIONS)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=dtype_id)
 def test_vectorised_transcendentals(name, dtype):
-    """Each function alone in a long map, so that its loop calls libmvec's SIMD version:
-    within a few ULP of XLA, and NaN, infinities, signed zeros and denormals (special
-    values spread through the vectorised body) exactly as XLA gives them."""
+    """Each function alone in a long map, so that its loop calls libmvec's SIMD version
+    (atan2: libm's scalar one): within a few ULP of XLA, and NaN, infinities, signed zeros
+    and denormals (special values spread through the vectorised body) exactly as XLA gives
+    them."""
     fun = VECTOR_FUNCTIONS[name]
     rng = np.random.default_rng(1)
     x = np.concatenate([rng.uniform(-30, 30, 3000), np.exp(rng.uniform(-60, 60, 1000))])
