@@ -154,14 +154,8 @@ def _level(name: str | None) -> optimize.Level:
 # ---------------------------------------------------------------------------- jit
 
 
-def _array_types() -> tuple[type, ...]:
-    from jax._src.array import ArrayImpl
-
-    return (np.ndarray, ArrayImpl)
-
-
 #: argument types ``JitFunction`` keys its cache on directly (shape, dtype, weak type)
-_ARRAY_TYPES = _array_types()
+_ARRAY_TYPES = (np.ndarray, *runtime.exported_array_types())
 #: marks such a key (a pytree's keys begin with its treedef)
 _FLAT = "arrays"
 

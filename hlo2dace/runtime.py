@@ -165,7 +165,7 @@ class Program:
         if len(arrays) != len(self.arguments):
             raise ArgumentError(f"expected {len(self.arguments)} arguments, got {len(arrays)}")
         converted = []
-        exported = _exported_types() if self._native is not None else ()
+        exported = exported_array_types() if self._native is not None else ()
         for i, array in enumerate(arrays):
             as_is = self._as_is[i]
             kind = type(array)
@@ -248,7 +248,7 @@ class Program:
 
 
 @functools.lru_cache(maxsize=1)
-def _exported_types() -> tuple[type, ...]:
+def exported_array_types() -> tuple[type, ...]:
     """Array types besides NumPy's whose host buffer the C call path reads directly."""
     try:
         from jax._src.array import ArrayImpl
