@@ -7,16 +7,18 @@ build (SDFG) -> DaCe compile -> ``Compiled`` -> call with ``x``'s buffer -> ``ja
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import threading
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from . import ir, optimize, runtime
-from .errors import ArgumentError, UnsupportedError
-from .frontend.normalize import NormalizedModule, normalize
+from . import ir, optimize, runtime, symbolic
+from .errors import ArgumentError, CompilationError, Hlo2DaceError, UnsupportedError
+from .frontend.normalize import NormalizedModule, normalize, specialise
 from .frontend.parser import parse_module
+from .frontend.sink import sink_constants
 
 
 def _specs(types: Sequence[ir.Type], names: Sequence[str], what: str):
@@ -27,10 +29,16 @@ def _specs(types: Sequence[ir.Type], names: Sequence[str], what: str):
         if not isinstance(t, ir.TensorType) or not t.is_static:
             raise UnsupportedError("func.func", f"{what} {i} of type {t}")
         element = dtypes.of(t, "func.func")
-        specs.append(runtime.TensorSpec(name, tuple(t.shape), element.numpy.name,
+        shape = tuple(d if isinstance(d, int) else str(d) for d in t.shape)
+        specs.append(runtime.TensorSpec(name, shape, element.numpy.name,
                                         element.storage_numpy.name,
                                         bits=element.narrow_bits is None))
     return specs
+
+
+def _data(types: Sequence[ir.Type]) -> list[ir.Type]:
+    """The types of what a call passes or returns: tokens (ordered effects) are neither."""
+    return [t for t in types if not isinstance(t, ir.TokenType)]
 
 
 @functools.lru_cache(maxsize=1)
@@ -67,7 +75,7 @@ class Lowered:
     @property
     def module(self) -> ir.Module:
         if self._module is None:
-            self._module = parse_module(self._normalized.text)
+            self._module = sink_constants(parse_module(self._normalized.text))
         return self._module
 
     @property
@@ -81,17 +89,34 @@ class Lowered:
         return self._normalized.text
 
     def _translate(self):
+        """The SDFG, argument and result specs, constants and symbols (``symbolic.py``);
+        raises ``NeedsSpecialisation`` for a module with dynamic shapes that must be
+        compiled per concrete shape."""
         if self._translation is None:
             from .translate import Builder
 
-            module = self.module
-            builder = Builder(module, self._name, self._entry, optimize=self.level)
-            sdfg = builder.build()
+            module, signature = self.module, None
+            main = module.functions.get(self._entry) if self._entry else None
+            try:
+                main = main or module.main
+            except LookupError:
+                main = None  # the Builder says what is missing
+            if main is not None and symbolic.has_dynamic_types(main):
+                module, signature = symbolic.refine(module, self._entry)
+            try:
+                builder = Builder(module, self._name, self._entry, optimize=self.level,
+                                  signature=signature)
+                sdfg = builder.build()
+            except Hlo2DaceError:
+                raise
+            except Exception as exc:  # a translator's bug: still an Hlo2DaceError
+                raise CompilationError(f"internal error while translating: "
+                                       f"{type(exc).__name__}: {exc}") from exc
             main = builder.entry
-            arguments = _specs([v.type for v in main.arguments], builder.argument_names,
-                               "argument")
-            results = _specs(main.result_types, builder.result_names, "result")
-            self._translation = (sdfg, arguments, results, builder.constants)
+            arguments = _specs(_data([v.type for v in main.arguments]),
+                               builder.argument_names, "argument")
+            results = _specs(_data(main.result_types), builder.result_names, "result")
+            self._translation = (sdfg, arguments, results, builder.constants, signature)
         return self._translation
 
     def as_sdfg(self):
@@ -99,12 +124,109 @@ class Lowered:
         return self._translate()[0]
 
     def compile(self) -> Compiled:
+        """Build (or load from the cache) the program. A module whose dynamic shapes
+        cannot stay symbolic gives a program that compiles once per argument shape."""
         program = runtime.lookup(self.key)
         if program is None:
-            sdfg, arguments, results, constants = self._translate()
+            try:
+                sdfg, arguments, results, constants, signature = self._translate()
+            except symbolic.NeedsSpecialisation as reason:
+                return Compiled(SpecialisingProgram(self, reason), self)
+            symbols = [dataclasses.asdict(s) for s in signature.symbols] if signature else ()
+            checks = [dataclasses.asdict(c) for c in signature.checks] if signature else ()
             program = runtime.build(sdfg, self.key, arguments, results, constants,
-                                    self.level.cpu_flags)
+                                    self.level.cpu_flags, symbols, checks)
         return Compiled(program, self)
+
+    def symbols(self) -> tuple[symbolic.SymbolSource, ...]:
+        """The symbols the entry function's dynamic dimensions become (named after JAX's
+        dimension variables where the module says them)."""
+        main = self.module.functions[self._entry] if self._entry else self.module.main
+        if not symbolic.has_dynamic_types(main):
+            return ()
+        try:
+            return symbolic.refine(self.module, self._entry)[1].symbols
+        except symbolic.NeedsSpecialisation as exc:
+            return exc.signature.symbols
+
+    def argument_types(self, sizes: dict[str, int]) -> list[ir.Type]:
+        """The entry function's argument types with the symbols at ``sizes``."""
+        main = self.module.functions[self._entry] if self._entry else self.module.main
+        names = {(s.argument, s.dim): s.name for s in self.symbols()}
+        missing = sorted({n for n in names.values() if n not in sizes})
+        if missing:
+            raise ArgumentError(f"give the size of {', '.join(missing)} (e.g. --shape "
+                                f"{missing[0]}=8)")
+        types, position = [], 0
+        for value in main.arguments:
+            t = value.type
+            if isinstance(t, ir.TensorType):
+                t = ir.TensorType(tuple(sizes[names[(position, d)]] if n is None else n
+                                        for d, n in enumerate(t.shape)), t.element)
+                position += 1
+            types.append(t)
+        return types
+
+    def specialised(self, types: Sequence[ir.TensorType]) -> Lowered:
+        """This module with its entry function's argument types made ``types``."""
+        return Lowered(specialise(self._normalized, [str(t) for t in types]), self._name,
+                       self._entry, self.level.name)
+
+
+class SpecialisingProgram:
+    """A module with dynamic shapes that an op needs static: at each new combination of
+    argument shapes it is specialised (StableHLO's shape refinement) and compiled, and the
+    programs are cached per shape, as XLA compiles exported modules."""
+
+    def __init__(self, lowered: Lowered, reason: symbolic.NeedsSpecialisation):
+        self.lowered, self.reason = lowered, reason
+        main = lowered.module.functions[lowered._entry] if lowered._entry \
+            else lowered.module.main
+        self._all_types = [v.type for v in main.arguments]
+        self._types = _data(self._all_types)
+        names = {(s.argument, s.dim): s.name for s in reason.signature.symbols}
+        self.arguments = tuple(_specs([ir.TensorType(tuple(
+            names.get((i, d), "?") if n is None else n for d, n in enumerate(t.shape)),
+            t.element) for i, t in enumerate(self._types)],
+                                      [f"arg{i}" for i in range(len(self._types))],
+                                      "argument"))
+        self.argument_dtypes = [np.dtype(spec.dtype) for spec in self.arguments]
+        self.results = ()
+        #: JAX's shape assertions, checked with its messages before each specialisation
+        self.symbols = runtime.Symbols(
+            self.arguments, [dataclasses.asdict(s) for s in reason.signature.symbols],
+            [dataclasses.asdict(c) for c in reason.signature.checks])
+        self._programs: dict[tuple, runtime.Program] = {}
+        self._lock = threading.Lock()
+        self.folder = None
+        self.built = False
+
+    def program_for(self, arrays: Sequence[Any]) -> runtime.Program:
+        shapes = tuple(tuple(np.shape(a)) for a in arrays)
+        program = self._programs.get(shapes)
+        if program is None:
+            self.symbols.values(arrays)
+            with self._lock:
+                program = self._programs.get(shapes)
+                if program is None:
+                    types = []
+                    for i, (t, shape) in enumerate(zip(self._types, shapes)):
+                        if len(shape) != t.rank or any(
+                                d is not None and d != n for d, n in zip(t.shape, shape)):
+                            raise ArgumentError(f"argument {i}: expected shape "
+                                                f"{self.arguments[i].shape}, got {shape}")
+                        types.append(ir.TensorType(shape, t.element))
+                    given = iter(types)
+                    types = [t if isinstance(t, ir.TokenType) else next(given)
+                             for t in self._all_types]
+                    program = self.lowered.specialised(types).compile().program
+                    self._programs[shapes] = program
+        return program
+
+    def __call__(self, *arrays: Any) -> list[np.ndarray]:
+        if len(arrays) != len(self.arguments):
+            raise ArgumentError(f"expected {len(self.arguments)} arguments, got {len(arrays)}")
+        return self.program_for(arrays)(*arrays)
 
 
 class Compiled:
@@ -164,11 +286,18 @@ class JitFunction:
     """``hlo2dace.jit(f)``: calls ``f`` through StableHLO and DaCe-compiled code."""
 
     def __init__(self, fun: Callable, static_argnums: Sequence[int] = (),
-                 static_argnames: Sequence[str] = (), optimize: str | None = None):
+                 static_argnames: Sequence[str] = (), optimize: str | None = None,
+                 polymorphic_shapes: Any = None, donate_argnums: Sequence[int] = ()):
         import jax
 
         self._fun = fun
+        #: arguments whose buffers a result may take inside jax.jit (``interop.py``)
+        self._donate_argnums = (donate_argnums,) if isinstance(donate_argnums, int) \
+            else tuple(donate_argnums)
         self._optimize = _level(optimize).name
+        #: ``jax.export``'s shape specifications of the positional arguments, or None
+        self._polymorphic_shapes = polymorphic_shapes
+        self._polymorphic: dict = {}
         self._static_argnums = tuple(sorted({static_argnums} if isinstance(static_argnums, int)
                                             else set(static_argnums)))
         self._static_argnames = (static_argnames,) if isinstance(static_argnames, str) \
@@ -203,9 +332,13 @@ class JitFunction:
         return (tree, abstract, statics, bool(jax.config.jax_enable_x64)), leaves
 
     def lower(self, *args, **kwargs) -> JitLowered:
+        if self._polymorphic_shapes is not None:
+            return self._lower_polymorphic(args, kwargs)
+        from . import interop
 
-        traced = self._jitted.trace(*args, **kwargs)
-        lowered = traced.lower()
+        with interop.inlining():  # hlo2dace.jit functions that f calls join its program
+            traced = self._jitted.trace(*args, **kwargs)
+            lowered = traced.lower()
         name = getattr(self._fun, "__name__", "program")
         return JitLowered(normalize(lowered), name,
                           _Results(lowered.out_tree, traced.jaxpr.out_avals), self._optimize)
@@ -213,13 +346,17 @@ class JitFunction:
     def __call__(self, *args, **kwargs):
 
         key, leaves = self._signature(args, kwargs)
+        if key[0] is not _FLAT:
+            from . import interop
+
+            if interop.traced(leaves):  # inside a JAX transformation (interop.py)
+                return interop.traced_call(self, args, kwargs)
         entry = self._cache.get(key)
         if entry is None:
             with self._lock:
                 entry = self._cache.get(key)
                 if entry is None:
-                    lowered = self.lower(*args, **kwargs)
-                    entry = self._cache[key] = (lowered.compile(), lowered.results)
+                    entry = self._cache[key] = self._compile(args, kwargs)
         compiled, results = entry
         program = compiled.program
         arrays = [leaf if type(leaf) in _ARRAY_TYPES and leaf.dtype == dtype
@@ -227,6 +364,45 @@ class JitFunction:
                   for leaf, spec, dtype in zip(leaves, program.arguments,
                                                program.argument_dtypes)]
         return results.wrap(program(*arrays))
+
+
+    def _compile(self, args, kwargs):
+        """The compiled program and result builder for ``args``: with polymorphic shapes,
+        the one that serves every size of the marked dimensions."""
+        if self._polymorphic_shapes is None:
+            lowered = self.lower(*args, **kwargs)
+            return lowered.compile(), lowered.results
+        specs = self._symbolic_specs(args, kwargs)
+        key = tuple((str(spec.shape), str(spec.dtype)) for spec in specs)
+        entry = self._polymorphic.get(key)
+        if entry is None:
+            lowered = self._lower_polymorphic(args, kwargs, specs)
+            entry = self._polymorphic[key] = (lowered.compile(), lowered.results)
+        return entry
+
+    def _symbolic_specs(self, args, kwargs):
+        import jax
+
+        if kwargs or self._static_argnums or self._static_argnames:
+            raise ArgumentError("polymorphic_shapes takes positional array arguments only "
+                                "(no keyword or static arguments)")
+        try:
+            return jax.export.symbolic_args_specs(args, self._polymorphic_shapes)
+        except (ValueError, TypeError) as exc:
+            raise ArgumentError(f"polymorphic_shapes {self._polymorphic_shapes!r}: {exc}") \
+                from None
+
+    def _lower_polymorphic(self, args, kwargs, specs=None) -> JitLowered:
+        """Lowered through ``jax.export`` with symbolic dimensions: one module for every
+        size, whose symbols the compiled program reads from its arguments."""
+        import jax
+
+        specs = specs if specs is not None else self._symbolic_specs(args, kwargs)
+        exported = jax.export.export(self._jitted, platforms=["cpu"])(*specs)
+        name = getattr(self._fun, "__name__", "program")
+        return JitLowered(normalize(exported), name,
+                          _Results(exported.out_tree, exported.out_avals, polymorphic=True),
+                          self._optimize)
 
 
 class JitLowered(Lowered):
@@ -244,12 +420,13 @@ class _Results:
     Each array is put on the CPU device by jaxlib's ``batched_device_put`` with the aval
     and sharding made here once: ``jax.device_put`` costs ten times as much per call."""
 
-    def __init__(self, tree, avals):
+    def __init__(self, tree, avals, polymorphic: bool = False):
         import jax
         from jax._src.lib import xla_client
         from jax.sharding import SingleDeviceSharding
 
         self.tree = tree
+        self.polymorphic = polymorphic
         self.device = jax.devices("cpu")[0]
         self.sharding = SingleDeviceSharding(self.device)
         self.leaves = [(aval.dtype, None) if _is_key(aval.dtype) else (None, aval)
@@ -261,6 +438,12 @@ class _Results:
             jax.device_put(array), impl=key_type._impl)
 
     def wrap(self, arrays: Sequence[np.ndarray]):
+        if self.polymorphic:  # the avals' symbolic sizes made concrete
+            return self._unflatten(self.tree, [
+                self._put(aval.update(shape=array.shape), self.sharding, [array],
+                          [self.device], False, False) if key_type is None
+                else self._wrap_key(array, key_type)
+                for array, (key_type, aval) in zip(arrays, self.leaves)])
         results = [self._put(aval, self.sharding, [array], [self.device], False, False)
                    if key_type is None else self._wrap_key(array, key_type)
                    for array, (key_type, aval) in zip(arrays, self.leaves)]
@@ -306,14 +489,22 @@ def _as_array(leaf: Any, spec: runtime.TensorSpec) -> np.ndarray:
 
 
 def jit(fun: Callable | None = None, *, static_argnums: Sequence[int] = (),
-        static_argnames: Sequence[str] = (), optimize: str | None = None):
+        static_argnames: Sequence[str] = (), optimize: str | None = None,
+        polymorphic_shapes: Any = None, donate_argnums: Sequence[int] = ()):
     """A drop-in for ``jax.jit`` whose compiled code is generated by DaCe. ``optimize``:
     "none", "default" or "aggressive" (see ``hlo2dace.optimize``; default:
-    ``$HLO2DACE_OPTIMIZE``, else "default")."""
+    ``$HLO2DACE_OPTIMIZE``, else "default"). ``polymorphic_shapes``: the specifications
+    ``jax.export.symbolic_args_specs`` takes (``"(b, 128)"`` per argument): one compiled
+    program serves every size of the dimensions they name. ``donate_argnums``: inside
+    ``jax.jit``, results may be written into these arguments' buffers where the program
+    provably can (``interop.py``); a direct call leaves its arguments as they are."""
     if fun is None:
         return functools.partial(jit, static_argnums=static_argnums,
-                                 static_argnames=static_argnames, optimize=optimize)
-    return JitFunction(fun, static_argnums, static_argnames, optimize)
+                                 static_argnames=static_argnames, optimize=optimize,
+                                 polymorphic_shapes=polymorphic_shapes,
+                                 donate_argnums=donate_argnums)
+    return JitFunction(fun, static_argnums, static_argnames, optimize, polymorphic_shapes,
+                       donate_argnums)
 
 
 __all__ = ["ArgumentError", "Compiled", "JitFunction", "Lowered", "compile_text", "jit",

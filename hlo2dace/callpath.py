@@ -22,6 +22,12 @@ from types import ModuleType
 SOURCE = Path(__file__).with_name("h2d_call.c")
 
 
+def native_dir() -> Path:
+    """Where native helpers are built once per machine (this one and ``interop.py``'s)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "hlo2dace-native"
+
+
 @functools.lru_cache(maxsize=1)
 def native() -> ModuleType | None:
     """The built extension module, or None if it cannot be built here."""
@@ -30,8 +36,7 @@ def native() -> ModuleType | None:
     suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
     source = SOURCE.read_bytes()
     digest = hashlib.sha256(source + suffix.encode()).hexdigest()[:16]
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    root = Path(base) / "hlo2dace-native"
+    root = native_dir()
     library = root / f"h2d_call-{digest}" / f"h2d_call{suffix}"
     try:
         with _file_lock(root / f"h2d_call-{digest}.lock"):

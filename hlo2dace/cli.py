@@ -2,7 +2,9 @@
 
 Every sub-command reads what the frontend accepts: a ``.mlir`` text file (pretty or
 generic form), MLIR bytecode, a StableHLO portable artifact, or ``Exported.serialize()``
-bytes."""
+bytes. ``--shape b=32`` gives a symbolic dimension its size: ``convert`` then writes the
+SDFG at that size, ``run`` makes random inputs of it, ``compare`` runs XLA at it against
+the program compiled once for every size."""
 
 from __future__ import annotations
 
@@ -16,10 +18,31 @@ import numpy as np
 from .errors import Hlo2DaceError
 
 
-def _convert(args) -> int:
+def _sizes(args) -> dict[str, int]:
+    """``--shape b=32 --shape n=7`` -> {"b": 32, "n": 7}."""
+    sizes = {}
+    for item in args.shape or ():
+        name, _, value = item.partition("=")
+        if not name or not value.lstrip("-").isdigit() or int(value) < 0:
+            raise UsageError(f"--shape {item}: expected NAME=SIZE, e.g. b=32")
+        sizes[name.strip()] = int(value)
+    return sizes
+
+
+def _lowered(args, specialise: bool):
+    """The module of ``args.input``; with ``specialise`` and ``--shape`` sizes, its
+    symbolic dimensions made those sizes."""
     from .api import lower_text
 
-    sdfg = lower_text(Path(args.input), optimize=args.optimize).as_sdfg()
+    lowered = lower_text(Path(args.input), optimize=args.optimize)
+    sizes = _sizes(args)
+    if specialise and sizes:
+        lowered = lowered.specialised(lowered.argument_types(sizes))
+    return lowered
+
+
+def _convert(args) -> int:
+    sdfg = _lowered(args, specialise=True).as_sdfg()
     output = args.output or str(Path(args.input).with_suffix(".sdfgz"))
     sdfg.save(output, compress=output.endswith(".sdfgz"))
     print(f"wrote {output}")
@@ -69,11 +92,24 @@ def random_inputs(specs, seed: int = 0) -> list[np.ndarray]:
     return arrays
 
 
-def _run(args) -> int:
-    from .api import lower_text
+def _concrete(lowered, args) -> list:
+    """The argument specs at the ``--shape`` sizes (random inputs are made from them)."""
+    from .api import _data, _specs
 
-    compiled = lower_text(Path(args.input), optimize=args.optimize).compile()
-    results = compiled.call_flat(_load_inputs(args.inputs, compiled.program.arguments))
+    types = _data(lowered.argument_types(_sizes(args)))
+    return _specs(types, [f"arg{i}" for i in range(len(types))], "argument")
+
+
+def _run(args) -> int:
+    lowered = _lowered(args, specialise=False)
+    compiled = lowered.compile()
+    symbolic = args.inputs is None and any(not isinstance(d, int) for spec in
+                                           compiled.program.arguments for d in spec.shape)
+    if symbolic or (args.inputs is None and args.shape):
+        inputs = random_inputs(_concrete(lowered, args), args.seed)
+    else:
+        inputs = _load_inputs(args.inputs, compiled.program.arguments)
+    results = compiled.call_flat(inputs)
     if args.output:
         np.savez(args.output, **{f"result_{i}": r for i, r in enumerate(results)})
         print(f"wrote {len(results)} results to {args.output}")
@@ -85,16 +121,18 @@ def _run(args) -> int:
 
 
 def _compare(args) -> int:
-    from .api import lower_text
     from .compare import CompareReport, compare_arrays, median_seconds
     from .xla import XlaModule
 
-    lowered = lower_text(Path(args.input), optimize=args.optimize)
+    lowered = _lowered(args, specialise=False)
     start = time.perf_counter()
     compiled = lowered.compile()
     compile_seconds = time.perf_counter() - start
-    inputs = random_inputs(compiled.program.arguments, args.seed)
-    xla = XlaModule(lowered.as_text())
+    inputs = random_inputs(_concrete(lowered, args), args.seed)
+    # XLA compiles the module at the concrete sizes; hlo2dace runs its symbolic program
+    sizes = _sizes(args)
+    xla = XlaModule((lowered.specialised(lowered.argument_types(sizes)) if sizes
+                     else lowered).as_text())
     expected, actual = xla(*inputs), compiled.call_flat(inputs)
     report = CompareReport(
         tuple(compare_arrays(i, e, a) for i, (e, a) in enumerate(zip(expected, actual))),
@@ -134,17 +172,24 @@ def main(argv=None) -> int:
               "help": "optimisation level (default: $HLO2DACE_OPTIMIZE, else default)"}
     convert.add_argument("-O", "--optimize", **levels)
     convert.add_argument("-o", "--output", help="output .sdfg or .sdfgz file")
+    shape = {"action": "append", "metavar": "NAME=SIZE",
+             "help": "size of a symbolic dimension (repeat for each), e.g. b=32"}
+    convert.add_argument("--shape", **shape)
     convert.set_defaults(handler=_convert)
     run = commands.add_parser("run", help="compile and run a module on given inputs")
     run.add_argument("input")
     run.add_argument("-O", "--optimize", **levels)
     run.add_argument("--inputs", help=".npz with one array per argument (arg_0, arg_1, ...)")
     run.add_argument("-o", "--output", help="save the results to this .npz")
+    run.add_argument("--shape", **shape)
+    run.add_argument("--seed", type=int, default=0,
+                     help="seed of the random inputs made with --shape and no --inputs")
     run.set_defaults(handler=_run)
     compare = commands.add_parser("compare", help="XLA against DaCe on random inputs")
     compare.add_argument("input")
     compare.add_argument("-O", "--optimize", **levels)
     compare.add_argument("--seed", type=int, default=0)
+    compare.add_argument("--shape", **shape)
     compare.add_argument("--rtol", type=float, default=1e-5)
     compare.add_argument("--atol", type=float, default=1e-6)
     compare.set_defaults(handler=_compare)

@@ -6,7 +6,9 @@
  *
  * entry, handle: addresses of the program's entry point and of its state; slots: for each
  * C argument after the state, the index of its object in `buffers` (>= 0) or, as -1 - j,
- * in `constants`. Arrays must be C-contiguous; the caller checks shapes and types.
+ * in `constants`. Arrays must be C-contiguous; the caller checks shapes and types. An
+ * int in `buffers` is passed as it is: the value of a symbol (an int64 parameter, passed
+ * in the same register or stack slot as a pointer on x86-64 and AArch64).
  * Built once per machine by hlo2dace/callpath.py; without a C compiler the same call goes
  * through ctypes. */
 #define PY_SSIZE_T_CLEAN
@@ -90,6 +92,11 @@ static PyObject *call(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
             failed = 1;
             break;
         }
+        if (PyLong_CheckExact(object)) { /* a symbol's value: a 64-bit integer argument */
+            views[taken].obj = NULL;
+            pointers[taken] = (P)(intptr_t)PyLong_AsSsize_t(object);
+            continue;
+        }
         if (PyObject_GetBuffer(object, &views[taken], PyBUF_C_CONTIGUOUS) != 0) {
             failed = 1;
             break;
@@ -106,7 +113,8 @@ static PyObject *call(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
             failed = 1;
         }
     }
-    for (Py_ssize_t k = 0; k < taken; ++k) PyBuffer_Release(&views[k]);
+    for (Py_ssize_t k = 0; k < taken; ++k)
+        if (views[k].obj != NULL) PyBuffer_Release(&views[k]);
     if (failed) return NULL;
     Py_RETURN_NONE;
 }

@@ -5,23 +5,30 @@ and result arrays, and the hidden constant arrays. A cache entry is a folder
 ``<cache>/<key>/`` holding DaCe's build folder, ``meta.json`` and ``constants.npz``; it is
 built in a temporary folder and renamed into place, so a crash never leaves a
 half-written entry, and a file lock makes concurrent builders of one key build it once.
+``meta.json`` lists the SHA-256 of every other file of the entry and its own: an entry
+damaged since (a truncated or corrupted file) is rebuilt, never loaded.
 
 The cache location is ``$HLO2DACE_CACHE_DIR``, else ``$XDG_CACHE_HOME/hlo2dace``, else
-``~/.cache/hlo2dace``.
+``~/.cache/hlo2dace``. A location that cannot be written (read-only, full, not a folder)
+is replaced for the rest of the process by ``<tmp>/hlo2dace-<uid>``, with a CacheWarning.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import fcntl
 import functools
 import hashlib
 import json
 import os
 import shutil
+import stat
+import subprocess
 import tempfile
 import threading
+import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -43,7 +50,13 @@ RUNTIME_VERSION = "1"
 _process_lock = threading.Lock()
 
 
+class CacheWarning(UserWarning):
+    """The disk cache is not used as configured: a damaged entry is rebuilt, or a folder
+    that cannot be written is replaced by a temporary one."""
+
+
 def cache_dir() -> Path:
+    """The configured cache folder (``build`` may use another, see ``_fallbacks``)."""
     root = os.environ.get("HLO2DACE_CACHE_DIR")
     if root:
         return Path(root)
@@ -73,7 +86,8 @@ class TensorSpec:
     and the dtype the compiled code stores."""
 
     name: str
-    shape: tuple[int, ...]
+    #: sizes; a string is an expression of the program's symbols (``SymbolicProgram``)
+    shape: tuple[int | str, ...]
     dtype: str
     storage: str
     #: True: the storage holds the dtype's bit pattern (f16/bf16 as uint16), reinterpreted;
@@ -86,14 +100,15 @@ class TensorSpec:
 
     def to_storage(self, array: np.ndarray) -> np.ndarray:
         if (self.dtype == self.storage and self.shape and array.dtype == self.storage
-                and array.flags.c_contiguous):
+                and array.flags.c_contiguous and array.flags.aligned):
             return array  # the common case: already what the compiled code reads
         dtype, storage = np.dtype(self.dtype), np.dtype(self.storage)
         if array.dtype != dtype:
             array = array.astype(dtype)
         if storage != dtype:
             array = array.view(storage) if self.bits else array.astype(storage)
-        return np.ascontiguousarray(array).reshape(self.storage_shape)
+        # C reads elements at their natural alignment: a misaligned view is copied
+        return np.require(array, requirements=["C", "A"]).reshape(self.storage_shape)
 
     def from_storage(self, array: np.ndarray) -> np.ndarray:
         dtype, storage = np.dtype(self.dtype), np.dtype(self.storage)
@@ -103,13 +118,36 @@ class TensorSpec:
 
 
 def cache_key(*parts: str) -> str:
-    import dace
-
+    """The key of a binary made from ``parts`` (the module, the options, the flags) on this
+    machine: with this runtime, DaCe version, compiler and CPU (``-march=native`` code
+    need not run on another CPU of a shared cache folder)."""
     digest = hashlib.sha256()
-    for part in (RUNTIME_VERSION, dace.__version__, *parts):
+    for part in (RUNTIME_VERSION, *machine(), *parts):
         digest.update(part.encode())
         digest.update(b"\0")
     return digest.hexdigest()[:32]
+
+
+@functools.lru_cache(maxsize=1)
+def machine() -> tuple[str, ...]:
+    """What besides the module and the flags decides the binary: DaCe's version, the CPU
+    (model and instruction-set flags, as DaCe keys its own build caches), the C++ compiler
+    (path and version) and DaCe's compiler and linker settings."""
+    import dace
+    from dace.codegen import compiler, compiler_family
+
+    executable = compiler_family.host_compiler()
+    try:
+        version = subprocess.run([executable, "--version"], capture_output=True, text=True,
+                                 timeout=60).stdout.partition("\n")[0]
+    except (OSError, subprocess.SubprocessError):
+        version = "unknown"
+    settings = [dace.Config.get(*path) for path in (
+        ("compiler", "cpu", "executable"), ("compiler", "cpu", "libs"),
+        ("compiler", "cpu", "openmp_sections"), ("compiler", "linker", "executable"),
+        ("compiler", "linker", "args"))]
+    return (dace.__version__, compiler.host_isa_id(), shutil.which(executable) or executable,
+            version, json.dumps(settings))
 
 
 @contextlib.contextmanager
@@ -145,7 +183,8 @@ class Program:
                        for spec in self.arguments]
         self._output_layouts = [(spec.storage_shape, np.dtype(spec.storage),
                                  int(np.prod(spec.storage_shape)) * np.dtype(spec.storage)
-                                 .itemsize >= ALIGNED_BYTES) for spec in self.results]
+                                 .itemsize >= ALIGNED_BYTES) for spec in self.results
+                                if all(isinstance(d, int) for d in spec.shape)]
         self._results_as_is = all(spec.dtype == spec.storage and spec.shape
                                   for spec in self.results)
         self._constants = constants
@@ -170,29 +209,50 @@ class Program:
             as_is = self._as_is[i]
             kind = type(array)
             if (as_is is not None and (kind is np.ndarray and array.flags.c_contiguous
-                                       or kind in exported)
+                                       and array.flags.aligned or kind in exported)
                     and array.shape == as_is[0] and array.dtype == as_is[1]):
                 converted.append(array)
             else:
                 converted.append(self._convert(i, array))
         return converted
 
-    def _convert(self, i: int, array: Any) -> np.ndarray:
-        spec, dtype = self.arguments[i], self.argument_dtypes[i]
-        array = np.asarray(array)
+    def _convert(self, i: int, array: Any, spec: TensorSpec | None = None) -> np.ndarray:
+        """Argument ``i`` checked against ``spec`` (default: its spec; a symbolic program
+        passes one at the call's sizes) and converted to its storage layout."""
+        spec = spec or self.arguments[i]
+        dtype = np.dtype(spec.dtype)
+        try:
+            array = np.asarray(array)
+        except Exception as exc:  # a ragged list, a deleted jax.Array, a failing __array__
+            raise ArgumentError(f"argument {i}: expected an array of shape {spec.shape} and "
+                                f"dtype {dtype.name}, got a {type(array).__name__} that NumPy "
+                                f"cannot read as one ({type(exc).__name__}: {exc})") from None
         if array.shape != spec.shape:
             raise ArgumentError(f"argument {i}: expected shape {spec.shape}, got "
                                 f"{tuple(array.shape)}")
         if array.dtype != dtype:
-            raise ArgumentError(f"argument {i}: expected dtype {np.dtype(spec.dtype).name}, "
-                                f"got {array.dtype.name}")
+            if array.dtype.newbyteorder("=") != dtype:  # the other byte order: same values
+                raise ArgumentError(f"argument {i}: expected dtype "
+                                    f"{np.dtype(spec.dtype).name}, got {array.dtype.name}")
+            array = array.astype(dtype)
         return spec.to_storage(array)
+
+    #: the symbols the C entry point takes after the arrays (``SymbolicProgram``)
+    symbol_names: tuple[str, ...] = ()
 
     def __call__(self, *arrays: Any) -> list[np.ndarray]:
         inputs = self.check(arrays)
         outputs = [_aligned_empty(shape, dtype) if aligned else np.empty(shape, dtype)
                    for shape, dtype, aligned in self._output_layouts]
-        buffers = inputs + outputs
+        self._run(inputs, outputs)
+        if self._results_as_is:
+            return outputs
+        return [spec.from_storage(out) for spec, out in zip(self.results, outputs)]
+
+    def _run(self, inputs: list, outputs: list, symbols: Sequence[int] = ()) -> None:
+        """Run the program on ``inputs`` and ``outputs`` (storage layout) with the
+        symbols' values ``symbols``."""
+        buffers = inputs + outputs + list(symbols)
         with self._call_lock:
             if self._slots is None:
                 self._prepare(buffers)
@@ -200,20 +260,19 @@ class Program:
                 try:
                     self._native(*self._native_prefix, *buffers)
                 except (BufferError, TypeError):  # a jax.Array without a host buffer
-                    buffers = [self._convert(i, a) for i, a in enumerate(inputs)] + outputs
+                    buffers = ([self._convert(i, a) for i, a in enumerate(inputs)] + outputs
+                               + list(symbols))
                     self._native(*self._native_prefix, *buffers)
             elif self._slots:
                 self._cfunc(self._handle, *[buffers[slot].__array_interface__["data"][0]
                                             if isinstance(slot, int) else slot
                                             for slot in self._slots])
             else:  # arguments that are not all arrays: DaCe's own marshalling
+                configure_dace()  # this thread's DaCe settings check the arguments
                 self._compiled(**self._named(buffers))
-        if self._results_as_is:
-            return outputs
-        return [spec.from_storage(out) for spec, out in zip(self.results, outputs)]
 
-    def _named(self, buffers: list[np.ndarray]) -> dict[str, Any]:
-        names = [spec.name for spec in self.arguments + self.results]
+    def _named(self, buffers: list) -> dict[str, Any]:
+        names = [spec.name for spec in self.arguments + self.results] + list(self.symbol_names)
         return {**self._constants, **dict(zip(names, buffers))}
 
     def _prepare(self, buffers: list[np.ndarray]) -> None:
@@ -223,11 +282,14 @@ class Program:
         import dace
 
         compiled = self._compiled
+        configure_dace()  # the settings are per thread: a first call from a new one
         compiled.initialize(**self._named(buffers))
-        position = {spec.name: k for k, spec in enumerate(self.arguments + self.results)}
+        names = [spec.name for spec in self.arguments + self.results] + list(self.symbol_names)
+        position = {name: k for k, name in enumerate(names)}
         slots: list[int | ctypes.c_void_p] = []
         for name in compiled._sig:
-            if not isinstance(compiled._typedict[name], dace.data.Array):
+            if not (isinstance(compiled._typedict[name], dace.data.Array)
+                    or name in self.symbol_names):
                 self._slots = []
                 return
             slots.append(position[name] if name in position else
@@ -245,6 +307,102 @@ class Program:
                       for name in compiled._sig),
                 tuple(self._constants[name] for name in constants))
             self._native = native.call
+
+    def c_entry(self) -> tuple[int, int, tuple[int, ...], tuple[int, ...]] | None:
+        """The direct call for callers outside Python (XLA's FFI, ``interop.py``): the
+        addresses of the entry point and of the program's state; per C argument after the
+        state, the position of its array in arguments + results, or -1 - j for constant
+        j; the constants' addresses (alive as long as this Program). None where the C
+        signature is not all pointers. Prepares the program on scratch arrays if needed."""
+        with self._call_lock:
+            if self._slots is None:
+                self._prepare([np.empty(spec.storage_shape, np.dtype(spec.storage))
+                               for spec in self.arguments + self.results])
+        if not self._slots:
+            return None
+        constants = [slot.value for slot in self._slots if not isinstance(slot, int)]
+        slots, j = [], 0
+        for slot in self._slots:
+            slots.append(slot if isinstance(slot, int) else -1 - j)
+            j += not isinstance(slot, int)
+        return (ctypes.cast(self._cfunc, ctypes.c_void_p).value, self._handle.value,
+                tuple(slots), tuple(constants))
+
+
+class Symbols:
+    """Reads a program's symbols from its arguments' shapes and checks the module's
+    conditions on them (JAX's shape assertions, dimensions its ops need equal)."""
+
+    def __init__(self, arguments: Sequence[TensorSpec], symbols: Sequence[dict],
+                 checks: Sequence[dict]):
+        self.arguments = tuple(arguments)
+        self.symbols = tuple(symbols)
+        self.checks = tuple(checks)
+        self.names = [s["name"] for s in self.symbols]
+        self._conditions = [(_expression(c["condition"], self.names), c["message"],
+                             [_expression(v, self.names) for v in c["values"]])
+                            for c in self.checks]
+
+    def values(self, arrays: Sequence[Any]) -> dict[str, int]:
+        """The symbols' values for a call with ``arrays``; raises ArgumentError if the
+        shapes break a condition of the module."""
+        values = {}
+        for source in self.symbols:
+            i = source["argument"]
+            shape = tuple(getattr(arrays[i], "shape", None) or np.shape(arrays[i]))
+            expected = self.arguments[i].shape
+            if len(shape) != len(expected):
+                raise ArgumentError(f"argument {i}: expected {len(expected)} dimensions "
+                                    f"{_pretty(expected)}, got shape {shape}")
+            values[source["name"]] = int(shape[source["dim"]])
+        sizes = list(values.values())
+        for condition, message, fields in self._conditions:
+            if not condition(*sizes):
+                raise ArgumentError(message.format(*(int(f(*sizes)) for f in fields)))
+        return values
+
+
+class SymbolicProgram(Program):
+    """A program whose sizes are symbols: each call reads them from its arguments' shapes
+    (``Symbols``) and passes them to the compiled code, which allocates its temporaries at
+    those sizes."""
+
+    def __init__(self, *args, symbols: Sequence[dict], checks: Sequence[dict], **kwargs):
+        super().__init__(*args, **kwargs)
+        self.symbols = Symbols(self.arguments, symbols, checks)
+        names = self.symbols.names
+        self.symbol_names = tuple(names)
+        self._sizes = [(spec, [_expression(d, names) for d in spec.shape])
+                       for spec in (*self.arguments, *self.results)]
+
+    def __call__(self, *arrays: Any) -> list[np.ndarray]:
+        if len(arrays) != len(self.arguments):
+            raise ArgumentError(f"expected {len(self.arguments)} arguments, got {len(arrays)}")
+        values = self.symbols.values(arrays)
+        sizes = list(values.values())
+        specs = [TensorSpec(spec.name, tuple(int(f(*sizes)) for f in shape), spec.dtype,
+                            spec.storage, spec.bits) for spec, shape in self._sizes]
+        inputs = [self._convert(i, array, spec)
+                  for i, (spec, array) in enumerate(zip(specs, arrays))]
+        results = specs[len(inputs):]
+        outputs = [np.empty(spec.storage_shape, np.dtype(spec.storage)) for spec in results]
+        self._run(inputs, outputs, sizes)
+        return [spec.from_storage(out) for spec, out in zip(results, outputs)]
+
+
+def _expression(text: int | str, names: Sequence[str]):
+    """A function of the symbols' values that computes ``text`` (a size or condition)."""
+    if isinstance(text, int):
+        return lambda *values: text
+    import sympy
+
+    symbols = [sympy.Symbol(n) for n in names]
+    expression = sympy.sympify(text, locals=dict(zip(names, symbols)))
+    return sympy.lambdify(symbols, expression, "math")
+
+
+def _pretty(shape: Sequence[int | str]) -> str:
+    return "(" + ", ".join(map(str, shape)) + ")"
 
 
 @functools.lru_cache(maxsize=1)
@@ -270,49 +428,169 @@ def _aligned_empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
 
 
 def _load(folder: Path, built: bool, sdfg: Any = None) -> Program:
-    """Load an entry; ``sdfg``, when the caller has it, spares reading program.sdfgz."""
+    """Load an entry whose files match their checksums; ``sdfg``, when the caller has it,
+    spares reading program.sdfgz."""
     from dace.codegen.compiler import load_precompiled_sdfg
 
     configure_dace()
-    meta = json.loads((folder / "meta.json").read_text())
+    meta = _checked_meta(folder)
     with np.load(folder / "constants.npz") as data:
         constants = {k: data[k] for k in data.files}
     compiled = load_precompiled_sdfg(folder / "build", sdfg=sdfg)
     def specs(entries):
         return [TensorSpec(**{**e, "shape": tuple(e["shape"])}) for e in entries]
 
-    return Program(compiled, specs(meta["arguments"]), specs(meta["results"]), constants,
-                   folder, built)
+    arguments = (compiled, specs(meta["arguments"]), specs(meta["results"]), constants,
+                 folder, built)
+    if meta.get("symbols"):
+        return SymbolicProgram(*arguments, symbols=meta["symbols"], checks=meta["checks"])
+    return Program(*arguments)
 
 
 #: programs loaded by this process, by cache folder: a library is loaded once per process
 _loaded: dict[Path, Program] = {}
 
 
-def lookup(key: str) -> Program | None:
-    """The cached program of ``key``, or None."""
-    folder = cache_dir() / key
-    if folder in _loaded:
-        return _loaded[folder]
-    if (folder / "meta.json").is_file():
+def lookup(key: str, warn: bool = True) -> Program | None:
+    """The cached program of ``key``, or None: also for an entry that is damaged (a file
+    that does not match its checksum, a library that does not load), which ``build``
+    replaces (with a CacheWarning if ``warn``)."""
+    for root in _roots():
+        folder = root / key
+        if folder in _loaded:
+            return _loaded[folder]
+        if not (folder / "meta.json").is_file():
+            continue
         try:
             program = _load(folder, built=False)
-        except Exception:  # a damaged entry: rebuild it
-            shutil.rmtree(folder, ignore_errors=True)
-            return None
+        except Exception as exc:
+            if warn:
+                warnings.warn(f"hlo2dace: the cache entry {folder} is damaged "
+                              f"({type(exc).__name__}: {exc}); rebuilding it", CacheWarning,
+                              stacklevel=2)
+            continue
         _loaded[folder] = program
         return program
     return None
 
 
-def build(sdfg: Any, key: str, arguments: Sequence[TensorSpec], results: Sequence[TensorSpec],
-          constants: dict[str, np.ndarray], cpu_flags: str) -> Program:
-    """Compile ``sdfg`` with the C++ flags ``cpu_flags`` into the cache entry ``key`` (or
-    load it if another process did)."""
+def _roots() -> list[Path]:
+    """Where entries are looked up: the configured folder, and its replacement if it
+    could not be written."""
     root = cache_dir()
+    return [root, _fallbacks[root]] if root in _fallbacks else [root]
+
+
+#: configured cache folders that could not be written -> the folders used instead
+_fallbacks: dict[Path, Path] = {}
+
+
+def _fallback_dir() -> Path:
+    """``<tmp>/hlo2dace-<uid>`` if it is this user's folder and only theirs to write
+    (another user could plant libraries in it), else a new temporary folder."""
+    path = Path(tempfile.gettempdir()) / f"hlo2dace-{os.getuid()}"
+    try:
+        path.mkdir(mode=0o700, exist_ok=True)
+        info = path.lstat()
+        if stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() \
+                and not info.st_mode & 0o022:
+            return path
+    except OSError:
+        pass
+    return Path(tempfile.mkdtemp(prefix="hlo2dace-"))
+
+
+#: what a build needs free besides its constants (a small program takes under a MB)
+_MIN_FREE_BYTES = 64 << 20
+_UNWRITABLE = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT,
+               errno.ENOTDIR, errno.EEXIST}
+#: the same, as the compiler's messages say it
+_UNWRITABLE_TEXT = ("No space left on device", "Disk quota exceeded", "Read-only file system",
+                    "Permission denied")
+
+
+def _unwritable(exc: BaseException | None) -> bool:
+    """Whether ``exc`` (or what caused it) says that the cache folder cannot be written."""
+    while exc is not None:
+        if isinstance(exc, OSError) and exc.errno in _UNWRITABLE:
+            return True
+        if any(text in str(exc) for text in _UNWRITABLE_TEXT):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def _digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _meta_checksum(meta: dict) -> str:
+    body = {k: v for k, v in meta.items() if k != "checksum"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
+def _checked_meta(folder: Path) -> dict:
+    """``meta.json`` of an entry, once it and every file it lists match their checksums
+    (files added since, such as DaCe's copies of a library loaded twice, are ignored)."""
+    meta = json.loads((folder / "meta.json").read_text())
+    if not isinstance(meta, dict) or meta.get("checksum") != _meta_checksum(meta):
+        raise ValueError("meta.json does not match its checksum")
+    for name, expected in meta["files"].items():
+        if _digest(folder / name) != expected:
+            raise ValueError(f"{name} does not match its checksum")
+    return meta
+
+
+def build(sdfg: Any, key: str, arguments: Sequence[TensorSpec], results: Sequence[TensorSpec],
+          constants: dict[str, np.ndarray], cpu_flags: str, symbols: Sequence[dict] = (),
+          checks: Sequence[dict] = ()) -> Program:
+    """Compile ``sdfg`` with the C++ flags ``cpu_flags`` into the cache entry ``key`` (or
+    load it if another process did). ``symbols``: how to read each symbol from the
+    arguments (name, argument, dim); ``checks``: conditions on them (see
+    ``SymbolicProgram``). If the cache folder cannot be written, the rest of the process
+    uses a temporary one (``_fallback_dir``), with a CacheWarning."""
+    configured = cache_dir()
+    root = _fallbacks.get(configured, configured)
+    needed = _MIN_FREE_BYTES + sum(c.nbytes for c in constants.values())
+    try:
+        return _build_in(root, needed, sdfg, key, arguments, results, constants, cpu_flags,
+                         symbols, checks)
+    except (OSError, CompilationError) as exc:
+        if root != configured or not _unwritable(exc):
+            raise _as_compilation_error(exc) from exc
+        reason = exc
+    fallback = _fallbacks[configured] = _fallback_dir()
+    warnings.warn(f"hlo2dace: cannot write the cache folder {configured} ({reason}); this "
+                  f"process keeps its compiled programs in {fallback}", CacheWarning,
+                  stacklevel=2)
+    try:
+        return _build_in(fallback, needed, sdfg, key, arguments, results, constants,
+                         cpu_flags, symbols, checks)
+    except OSError as exc:
+        raise _as_compilation_error(exc) from exc
+
+
+def _as_compilation_error(exc: Exception) -> CompilationError:
+    if isinstance(exc, CompilationError):
+        return exc
+    return CompilationError(f"cannot write a cache entry: {type(exc).__name__}: {exc}")
+
+
+def _build_in(root: Path, needed: int, sdfg: Any, key: str, arguments: Sequence[TensorSpec],
+              results: Sequence[TensorSpec], constants: dict[str, np.ndarray],
+              cpu_flags: str, symbols: Sequence[dict], checks: Sequence[dict]) -> Program:
+    """``build`` in the cache folder ``root``; OSError if ``root`` cannot be written or
+    has less than ``needed`` bytes free."""
     root.mkdir(parents=True, exist_ok=True)
+    free = shutil.disk_usage(root).free
+    if free < needed:
+        raise OSError(errno.ENOSPC, f"{free:,} bytes free in {root}, a build needs {needed:,}")
     with _process_lock, _file_lock(root / f"{key}.lock"):
-        cached = lookup(key)
+        cached = lookup(key, warn=False)
         if cached is not None:
             return cached
         staging = Path(tempfile.mkdtemp(prefix=f"{key}.", suffix=".tmp", dir=root))
@@ -328,9 +606,15 @@ def build(sdfg: Any, key: str, arguments: Sequence[TensorSpec], results: Sequenc
             except Exception as exc:
                 raise CompilationError(f"DaCe could not compile the translated program: "
                                        f"{type(exc).__name__}: {exc}") from exc
+            # the object files (named after the staging folder) serve no later build
+            shutil.rmtree(staging / "build" / "build" / "CMakeFiles", ignore_errors=True)
             np.savez(staging / "constants.npz", **constants)
             meta = {"arguments": [asdict(a) for a in arguments],
-                    "results": [asdict(r) for r in results]}
+                    "results": [asdict(r) for r in results],
+                    "symbols": list(symbols), "checks": list(checks),
+                    "files": {str(path.relative_to(staging)): _digest(path)
+                              for path in sorted(staging.rglob("*")) if path.is_file()}}
+            meta["checksum"] = _meta_checksum(meta)
             (staging / "meta.json").write_text(json.dumps(meta))
             final = root / key
             shutil.rmtree(final, ignore_errors=True)

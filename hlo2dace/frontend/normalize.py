@@ -16,13 +16,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import ParseError
+import numpy as np
+
+from ..errors import ArgumentError, ParseError, UnsupportedError
+from . import bytecode
 
 MLIR_BYTECODE_MAGIC = b"ML\xefR"
 #: Passes run on every module: CHLO ops become StableHLO ops, as XLA's pipeline does it, and
 #: composites become calls of their decompositions.
 NORMALIZE_PIPELINE = ("builtin.module(func.func(chlo-legalize-to-stablehlo), "
                       "func.func(stablehlo-legalize-composite-to-call))")
+#: Run as well on modules with dynamic shapes or ops: shapes that constants or the argument
+#: types determine become static, and dynamic ops with constant shape operands become their
+#: static forms (``dynamic_pad`` -> ``pad``), as XLA refines exported modules.
+REFINE_PIPELINE = ("builtin.module(stablehlo-refine-shapes, "
+                   "func.func(stablehlo-canonicalize-dynamism))")
+_DYNAMIC = re.compile(r"tensor<(?:\d+x)*\?|stablehlo\.(?:dynamic_(?:broadcast_in_dim|iota|reshape"
+                      r"|pad|gather|conv)|real_dynamic_slice|get_dimension_size)|chlo\.scan")
 
 _lock = threading.Lock()
 _passes_registered = False
@@ -74,13 +84,9 @@ def _parse(ctx, source: str | bytes, what: str):
 
 def _from_bytes(ctx, data: bytes):
     if data.startswith(MLIR_BYTECODE_MAGIC):
-        # portable artifacts (VHLO; also what jax.export stores) are bytecode too
-        from jaxlib.mlir.dialects import stablehlo
-
-        try:
-            return stablehlo.deserialize_portable_artifact(ctx, data)
-        except Exception:  # not a portable artifact: plain StableHLO bytecode
-            return _parse(ctx, data, "MLIR bytecode")
+        # portable artifacts (VHLO; also what jax.export stores) are bytecode too; read in a
+        # child process: damaged bytecode crashes jaxlib's readers (bytecode.py)
+        return _parse(ctx, bytecode.generic_text(data), "MLIR bytecode")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
@@ -95,7 +101,38 @@ def _from_bytes(ctx, data: bytes):
         raise ParseError(
             "bytes are neither MLIR bytecode, a StableHLO portable artifact, UTF-8 text, "
             f"nor a serialized jax.export.Exported ({type(exc).__name__}: {exc})") from None
-    return _from_bytes(ctx, bytes(exported.mlir_module_serialized))
+    return _from_exported(ctx, exported)
+
+
+def _from_exported(ctx, exported):
+    """An ``Exported``'s module; one exported for several platforms runs its CPU variant:
+    the platform-index argument JAX adds becomes that constant."""
+    module = _from_bytes(ctx, bytes(exported.mlir_module_serialized))
+    if len(exported.platforms) > 1:
+        if "cpu" not in exported.platforms:
+            raise UnsupportedError("func.func", f"exported for {list(exported.platforms)}: "
+                                   "no CPU variant")
+        _fix_platform_index(module, exported.platforms.index("cpu"))
+    return module
+
+
+def _fix_platform_index(module, index: int) -> None:
+    from jax.extend.mlir import ir
+    from jaxlib.mlir.dialects import stablehlo
+
+    main = next(op for op in module.body.operations
+                if ir.StringAttr(op.attributes["sym_name"]).value == "main")
+    block = main.regions[0].blocks[0]
+    with ir.InsertionPoint.at_block_begin(block), ir.Location.unknown():
+        constant = stablehlo.ConstantOp(ir.DenseElementsAttr.get(
+            np.array(index, np.int32), type=ir.IntegerType.get_signless(32)))
+    block.arguments[0].replace_all_uses_with(constant.result)
+    block.erase_argument(0)
+    function_type = ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value)
+    main.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(
+        function_type.inputs[1:], function_type.results))
+    if "arg_attrs" in main.attributes:
+        main.attributes["arg_attrs"] = ir.ArrayAttr.get(list(main.attributes["arg_attrs"])[1:])
 
 
 def _to_mlir_module(ctx, source: Any):
@@ -110,7 +147,7 @@ def _to_mlir_module(ctx, source: Any):
         text = source.operation.get_asm(print_generic_op_form=True, enable_debug_info=True)
         return _parse(ctx, text, "MLIR module")
     if isinstance(source, export.Exported):
-        return _from_bytes(ctx, bytes(source.mlir_module_serialized))
+        return _from_exported(ctx, source)
     if isinstance(source, (bytes, bytearray, memoryview)):
         return _from_bytes(ctx, bytes(source))
     if isinstance(source, os.PathLike):
@@ -123,18 +160,80 @@ def _to_mlir_module(ctx, source: Any):
 
 
 def normalize(source: Any) -> NormalizedModule:
-    """Parse ``source``, legalise CHLO, and print the generic op form with locations."""
-    from jax.extend.mlir import passmanager
-
+    """Parse ``source``, legalise CHLO, refine dynamic shapes where constants determine
+    them, and print the generic op form with locations."""
     ctx = _context()
     with ctx:
         module = _to_mlir_module(ctx, source)
-        try:
-            passmanager.PassManager.parse(NORMALIZE_PIPELINE, context=ctx).run(module.operation)
+        _refuse_reverse_scans(module)
+        _run(ctx, module, NORMALIZE_PIPELINE, "legalisation")
+        if _DYNAMIC.search(module.operation.get_asm(print_generic_op_form=True,
+                                                    enable_debug_info=False)):
+            _run(ctx, module, REFINE_PIPELINE, "shape refinement")
+        return _printed(module)
+
+
+def _refuse_reverse_scans(module) -> None:
+    """jaxlib's legalisation of ``chlo.scan`` ignores ``is_reverse``: it would compute
+    the forward scan, a silently wrong answer."""
+    from jax.extend.mlir import ir
+
+    reverse = []
+
+    def visit(op):
+        if op.name == "chlo.scan" and "is_reverse" in op.attributes \
+                and str(op.attributes["is_reverse"]) == "true":
+            reverse.append(str(op.location))
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    if reverse:
+        raise UnsupportedError("chlo.scan", "is_reverse = true (jaxlib's legalisation "
+                               "computes the forward scan)", reverse[0])
+
+
+def specialise(normalized: NormalizedModule, types: list[str]) -> NormalizedModule:
+    """``normalized`` with its ``main`` taking arguments of the static ``types`` (MLIR type
+    text), every shape refined from them: StableHLO's passes, as JAX runs them on an
+    exported module called with concrete shapes."""
+    from jax._src.interpreters.mlir import module_to_bytecode
+    from jax._src.lib import _jax
+
+    ctx = _context()
+    with ctx:
+        module = _parse(ctx, normalized.text, "normalised module")
+        quoted = ",".join(types)
+        _run(ctx, module, f"builtin.module(stablehlo-refine-arguments{{types='{quoted}'}})",
+             "argument refinement")
+        try:  # JAX's own refinement: it checks and removes the shape assertions
+            refined = _jax.mlir.refine_polymorphic_shapes(
+                mlir_module=module_to_bytecode(module), enable_shape_assertions=True,
+                validate_static_shapes=True, enable_shardy=False)
         except Exception as exc:
-            raise _mlir_error(exc, "module (legalisation failed)") from None
-        text = module.operation.get_asm(print_generic_op_form=True, enable_debug_info=True)
-        bare = module.operation.get_asm(print_generic_op_form=True, enable_debug_info=False)
+            message = str(exc)
+            failed = re.search(r'loc\("shape_assertion"\): ([^\n]*)', message)
+            if failed:
+                raise ArgumentError(failed.group(1)) from None
+            raise UnsupportedError("module", "shape refinement at argument types "
+                                   f"{', '.join(types)} failed: {message.splitlines()[0]}") \
+                from None
+        module = _parse(ctx, refined, "refined module")
+        _run(ctx, module, REFINE_PIPELINE, "shape refinement")
+        return _printed(module)
+
+
+def _run(ctx, module, pipeline: str, what: str) -> None:
+    from jax.extend.mlir import passmanager
+
+    try:
+        passmanager.PassManager.parse(pipeline, context=ctx).run(module.operation)
+    except Exception as exc:
+        raise _mlir_error(exc, f"module ({what} failed)") from None
+
+
+def _printed(module) -> NormalizedModule:
+    text = module.operation.get_asm(print_generic_op_form=True, enable_debug_info=True)
+    bare = module.operation.get_asm(print_generic_op_form=True, enable_debug_info=False)
     return NormalizedModule(text, hashlib.sha256(bare.encode()).hexdigest())
 
 

@@ -37,6 +37,7 @@ Representation choices (see also the table in :mod:`hlo2dace.ir`):
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 from pathlib import Path
@@ -274,6 +275,7 @@ def _storage_element(element: str) -> str:
 
 def _finish(array: np.ndarray, shape: tuple[int, ...], size: int, splat: bool) -> np.ndarray:
     if splat:
+        _check_memory(size * array.dtype.itemsize)
         array = np.broadcast_to(array.reshape(()), shape).copy()
     elif array.size != size:
         raise ValueError(f"{array.size} elements given for a tensor of {size}")
@@ -286,6 +288,27 @@ def _finish(array: np.ndarray, shape: tuple[int, ...], size: int, splat: bool) -
         base.flags.writeable = False
         base = base.base
     return array
+
+
+#: splats larger than this are checked against the memory available
+_LARGE_SPLAT = 1 << 26
+
+
+def _check_memory(nbytes: int) -> None:
+    """A splat is written out in full (translators read it as any constant), and reading it
+    makes copies: refuse one that would not fit rather than let the kernel kill the process
+    (a line of text can declare a splat of terabytes)."""
+    if nbytes < _LARGE_SPLAT:
+        return
+    try:
+        with open("/proc/meminfo") as meminfo:
+            available = next(int(line.split()[1]) * 1024 for line in meminfo
+                             if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError):
+        available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if 3 * nbytes > available:
+        raise ValueError(f"a splat of {nbytes:,} bytes is more than fits in the memory "
+                         f"available ({available:,} bytes)")
 
 
 def _dense_from_blob(hexdigits: str, element: str, dtype: np.dtype,
@@ -465,6 +488,9 @@ class _Builder(Transformer):
             names = []
             for group in results.value[:-1].split(","):
                 base, _, count = group.strip().partition(":")
+                if count and int(count) > len(outputs):  # before making a list that long
+                    raise _Error.at(name_token, f"`{name}` defines {count} results but its "
+                                    f"type lists {len(outputs)}")
                 if count:
                     names.extend(f"{base}#{i}" for i in range(int(count)))
                 else:
@@ -895,8 +921,8 @@ class _Builder(Transformer):
 
     def loc_file(self, c):
         file, line, column, _range = c
-        return _RawLoc(("file", _unescape(file.value), int(line.value),
-                        int(column.value) if column is not None else None))
+        return _RawLoc(("file", _unescape(file.value), _parse_int(line.value),
+                        _parse_int(column.value) if column is not None else None))
 
     def loc_name(self, c):
         return _RawLoc(("name", _unescape(c[0].value), c[1]))

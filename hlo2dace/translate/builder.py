@@ -34,7 +34,7 @@ from typing import Sequence, Union
 import dace
 import numpy as np
 
-from .. import ir
+from .. import ir, symbolic
 from ..errors import UnsupportedError
 from ..optimize import LEVELS, Level
 from . import dtypes, registry
@@ -122,7 +122,14 @@ class PendingView:
     type: ir.TensorType
 
 
-Binding = Union[Array, Literal, View, Pending, PendingView, Pieces]
+@dataclass(frozen=True)
+class Token:
+    """A ``!stablehlo.token``: it orders side effects, and holds no data."""
+
+
+TOKEN = Token()
+
+Binding = Union[Array, Literal, View, Pending, PendingView, Pieces, Token]
 
 
 #: maps doing less work than this (elements x work per element) run on one thread: an
@@ -133,6 +140,8 @@ PARALLEL_WORK = 1 << 15
 
 def schedule_for(shape: Sequence[int], work_per_element: int = 1) -> dace.ScheduleType:
     """The schedule of a map over ``shape``: parallel only when the work pays for it."""
+    if any(not isinstance(n, (int, np.integer)) for n in (*shape, work_per_element)):
+        return dace.ScheduleType.Default  # symbolic sizes: large enough, as a rule
     work = int(np.prod(shape, dtype=np.int64)) * max(1, work_per_element)
     return dace.ScheduleType.Default if work >= PARALLEL_WORK else dace.ScheduleType.Sequential
 
@@ -146,11 +155,26 @@ def dace_shape(t: ir.TensorType) -> list[int]:
     return list(t.shape) if t.rank else [1]
 
 
+def at_most(a, b) -> bool:
+    """``a <= b`` for sizes; with symbols, only when it holds for all their values."""
+    if isinstance(a, (int, np.integer)) and isinstance(b, (int, np.integer)):
+        return a <= b
+    return bool((a - b).is_nonpositive)
+
+
+def cpp_size(n) -> str:
+    """C++ for a size: a literal, or an expression of the program's symbols."""
+    if isinstance(n, (int, np.integer)):
+        return f"{n}LL"
+    return f"(int64_t)({dace.symbolic.symstr(n, cpp_mode=True)})"
+
+
 def flat_index(shape: Sequence[int], indices: Sequence[str]) -> str:
     """C++ for the row-major offset of ``indices`` in an array of ``shape``."""
     terms, stride = [], 1
     for n, index in reversed(list(zip(shape, indices))):
-        terms.append(f"(int64_t)({index})" if stride == 1 else f"(int64_t)({index}) * {stride}LL")
+        terms.append(f"(int64_t)({index})" if stride == 1
+                     else f"(int64_t)({index}) * {cpp_size(stride)}")
         stride *= n
     return " + ".join(reversed(terms)) or "0"
 
@@ -360,8 +384,12 @@ class Builder:
     """Translates one IR module into one SDFG."""
 
     def __init__(self, module: ir.Module, name: str, entry: str | None = None,
-                 target: str = "cpu", optimize: Level = LEVELS["default"]):
+                 target: str = "cpu", optimize: Level = LEVELS["default"],
+                 signature: symbolic.Signature | None = None):
         self.module = module
+        #: how the symbols in the module's types are read from the arguments, and the
+        #: checks the runtime makes on them (``symbolic.refine``); None: static shapes
+        self.signature = signature
         #: fuse elementwise clusters; recompute views of pending values (``optimize.py``)
         self.fuse = optimize.fuse
         self.recomputed_ops = optimize.recomputed_ops
@@ -392,6 +420,8 @@ class Builder:
         self.argument_names: list[str] = []
         self.result_names: list[str] = []
         self.current_op: ir.Op | None = None
+        #: the locations of the calls being inlined, outermost first
+        self.call_locations: list[ir.Location | None] = []
 
     def include_once(self, code: str) -> None:
         """Add C++ ``code`` to the program's global code unless it is there already: the
@@ -416,12 +446,16 @@ class Builder:
     def add_array(self, hint: str, t: ir.TensorType, transient: bool = True) -> Array:
         element = dtypes.of(t, self._op_name(), self._location())
         if not t.is_static:
-            raise UnsupportedError(self._op_name(), f"dynamic shape {t} (see issue on "
-                                   "symbolic shapes)", self._location())
+            raise UnsupportedError(self._op_name(), f"dynamic shape {t}", self._location())
         name = self.fresh(hint) if transient else hint
+        # transients live as long as the program, except those sized by symbols: they are
+        # allocated at every call, at that call's sizes
+        lifetime = dace.AllocationLifetime.Scope
+        if transient:
+            lifetime = dace.AllocationLifetime.SDFG if symbolic.is_symbolic(t) \
+                else dace.AllocationLifetime.Persistent
         self.sdfg.add_array(name, dace_shape(t), element.storage, transient=transient,
-                            lifetime=dace.AllocationLifetime.Persistent if transient
-                            else dace.AllocationLifetime.Scope)
+                            lifetime=lifetime)
         return Array(name, t)
 
     def add_constant_array(self, value: np.ndarray, t: ir.TensorType) -> Array:
@@ -505,7 +539,16 @@ class Builder:
         return self.current_op.name if self.current_op is not None else "module"
 
     def _location(self):
-        return self.current_op.location if self.current_op is not None else None
+        """The current op's location; for an op without a file (in a function JAX made,
+        as for ``jnp.sort``), the user's line of the innermost call that has one."""
+        location = self.current_op.location if self.current_op is not None else None
+        if location is None or location.file is None:
+            outer = next((loc for loc in reversed(self.call_locations)
+                          if loc is not None and loc.file), None)
+            if outer is not None:
+                return ir.Location(outer.file, outer.line, outer.column,
+                                   location.name if location else outer.name)
+        return location
 
     def unsupported(self, reason: str, supported: Sequence[str] | None = None):
         return UnsupportedError(self._op_name(), reason, self._location(), supported)
@@ -925,21 +968,32 @@ class Builder:
                 wanted.setdefault(value.name, destination)
         scope = Scope.of(env, block, wanted)
         saved_op = self.current_op
-        results = self.translate_block(block, scope)
+        self.call_locations.append(self._location())
+        try:
+            results = self.translate_block(block, scope)
+        finally:
+            self.call_locations.pop()
         self.current_op = saved_op
         return results
 
     def build(self) -> dace.SDFG:
         main = self.entry
         arguments: list[Binding] = []
+        # tokens (ordered effects) are neither passed nor returned: they hold no data
         for i, value in enumerate(main.arguments):
+            if isinstance(value.type, ir.TokenType):
+                arguments.append(TOKEN)
+                continue
             if not isinstance(value.type, ir.TensorType):
                 raise UnsupportedError("func.func", f"argument {i} of type {value.type}",
                                        main.location)
             arguments.append(self.add_array(f"arg{i}", value.type, transient=False))
             self.argument_names.append(f"arg{i}")
-        results: list[Array] = []
+        results: list[Array | None] = []
         for i, t in enumerate(main.result_types):
+            if isinstance(t, ir.TokenType):
+                results.append(None)
+                continue
             if not isinstance(t, ir.TensorType):
                 raise UnsupportedError("func.func", f"result {i} of type {t}", main.location)
             results.append(self.add_array(f"__return{i}", t, transient=False))
@@ -950,7 +1004,7 @@ class Builder:
         produced = {r.name for op in block.ops for r in op.results}
         destinations: dict[str, str] = {}
         for value, target in zip(block.terminator.operands, results):
-            if value.name in produced and value.name not in destinations:
+            if target is not None and value.name in produced and value.name not in destinations:
                 destinations[value.name] = target.name
         updates_in_results(block, destinations)
         env = ChainMap({a.name: b for a, b in zip(main.arguments, arguments)})
@@ -960,6 +1014,8 @@ class Builder:
         self.current_op = block.terminator
         self.close_all_clusters()
         for binding, target in zip(returned, results):
+            if target is None:
+                continue
             binding = self.resolve(binding)
             if isinstance(binding, Array) and binding.name == target.name:
                 continue

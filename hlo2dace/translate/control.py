@@ -29,7 +29,7 @@ from dace.properties import CodeBlock
 from dace.sdfg.state import BreakBlock, ConditionalBlock, ControlFlowRegion, LoopRegion
 
 from .. import ir
-from .builder import Array, Binding, Builder, Literal, Pending, Scope, View
+from .builder import TOKEN, Array, Binding, Builder, Literal, Pending, Scope, View, at_most
 from .registry import elementwise_rule, register
 
 #: carried values of at least this many elements alternate between two buffers in counted
@@ -67,6 +67,12 @@ def _lands_in(binding: Binding, destination: str) -> bool:
             binding.cluster.resolved.get(binding.key, Array("", binding.type)).name
             == destination)
     return isinstance(binding, Array) and binding.name == destination
+
+
+@register("stablehlo.after_all", "stablehlo.create_token")
+def token(b: Builder, op: ir.Op) -> None:
+    """Tokens order side effects; the program runs its ops in order, so they hold nothing."""
+    b.bind(op.result, TOKEN)
 
 
 # ---------------------------------------------------------------------------- while
@@ -251,7 +257,7 @@ def _swapped_slots(b: Builder, op: ir.Op, slots: Sequence[int]) -> list[int]:
     swapped, seen = [], set()
     for k in slots:
         value = returned[k]
-        if (value.name not in seen and value.type.size >= SWAP_ELEMENTS
+        if (value.name not in seen and not at_most(value.type.size, SWAP_ELEMENTS - 1)
                 and any(value in o.results for o in body.ops)
                 and not _in_place(body, body.arguments[k], value, b.module.functions)):
             swapped.append(k)

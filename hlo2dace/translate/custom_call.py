@@ -21,6 +21,7 @@ from typing import Any, Callable, Mapping, Sequence, Union
 import dace.library
 
 from .. import ir
+from ..errors import ArgumentError
 from . import dtypes
 from .builder import Array, Axis, Builder, Literal, View
 from .registry import register
@@ -110,6 +111,21 @@ def custom_call(b: Builder, op: ir.Op) -> None:
     if translate is None:
         raise b.unsupported(f"custom call target {name!r}", supported_targets())
     translate(b, CustomCall.of(b, op))
+
+
+@register_target("shape_assertion")
+def shape_assertion(b: Builder, call: CustomCall) -> None:
+    """JAX's check of the argument shapes against a polymorphic specification. Once shapes
+    are specialised its predicate is a constant: a false one fails with JAX's message. With
+    symbolic shapes the runtime checks it at every call (``symbolic.Check``)."""
+    predicate, *values = (b.binding(v) for v in call.op.operands)
+    if isinstance(predicate, Literal):
+        if not bool(predicate.value):
+            raise ArgumentError(str(call.op.attr("error_message", "shape assertion failed"))
+                                .format(*[int(v.value) if isinstance(v, Literal) else "?"
+                                          for v in values]))
+    elif b.signature is None:
+        raise b.unsupported("a shape assertion on values known only at run time")
 
 
 # ------------------------------------------------------------------------ layouts

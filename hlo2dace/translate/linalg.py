@@ -38,9 +38,9 @@ from typing import Sequence, Union
 
 import dace
 
-from .. import ir
+from .. import ir, symbolic
 from . import dtypes
-from .builder import Array, Builder, Literal, View, dace_shape, map_params
+from .builder import Array, Builder, Literal, View, cpp_size, dace_shape, map_params
 from .dtypes import ElementType
 from .literals import literal
 from .registry import register
@@ -331,6 +331,10 @@ def dot_general(b: Builder, op: ir.Op) -> None:
     product = full.without_units()
     accumulate = dtypes.element_type("f32") if compute.is_stored_as_bits else compute
     sizes = (product.m, product.n, product.k)
+    if symbolic.is_symbolic(op.result.type) or any(map(symbolic.is_symbolic,
+                                                       (v.type for v in op.operands))):
+        _symbolic_product(b, op, product, (compute, accumulate), target)
+        return
     small = not accumulate.is_complex and math.prod(sizes) <= SMALL_PRODUCT
     if (accumulate.element in BLAS_TYPES and blas_implementation() == "OpenBLAS"
             and max(sizes) <= BLAS_INT_MAX and not small):
@@ -493,6 +497,54 @@ def _blas_product(b: Builder, op: ir.Op, product: _Product,
                         {"__in": dace.Memlet(f"{out.name}[{subset}]")},
                         f"__out = {stored('__in', accumulate, result)};",
                         {"__out": dace.Memlet(f"{target.name}[{subset}]")})
+
+
+def _symbolic_product(b: Builder, op: ir.Op, product: _Product,
+                      convert: tuple[ElementType, ElementType], target: Array) -> None:
+    """Sizes that are symbols: both operands in the contiguous layouts batch x M x K and
+    batch x K x N (copied unless they are arrays laid out so), then one gemm per batch
+    element, its sizes and leading dimensions read from the symbols at run time."""
+    from dace.libraries.blas.environments.openblas import OpenBLAS
+
+    accumulate = convert[1]
+    if (accumulate.element not in BLAS_TYPES or blas_implementation() != "OpenBLAS"
+            or precision_key(accumulate) != precision_key(dtypes.of(op.result.type))):
+        raise symbolic.NeedsSpecialisation(op.name, f"a product in {accumulate.element} "
+                                           "without OpenBLAS", op.location)
+    free = product.free
+    batch = [[pair[side] for pair in product.batch] for side in (0, 1)]
+    contract = [[pair[side] for pair in product.contract] for side in (0, 1)]
+
+    def operand(side: int, dims: list[int]) -> Array:
+        """The operand in the layout ``dims`` (then its unit dimensions): as it is if it
+        is an array laid out so, else a copy."""
+        value = op.operands[side]
+        order = dims + [d for d in range(value.type.rank) if d not in dims]
+        binding = b.operand(value)
+        if (isinstance(binding, Array) and order == sorted(order)
+                and precision_key(dtypes.of(value.type)) == precision_key(accumulate)):
+            return binding
+        return _copy(b, value, order, convert).array
+
+    a = operand(0, batch[0] + list(free[0]) + contract[0])
+    x = operand(1, batch[1] + contract[1] + list(free[1]))
+    m, n, k = (cpp_size(size) for size in (product.m, product.n, product.k))
+    count = cpp_size(product.size(0, batch[0]))
+    prefix = BLAS_TYPES[accumulate.element]
+    lines = [f"const int64_t __m = {m}, __n = {n}, __k = {k};"]
+    if accumulate.is_complex:
+        lines.append(f"const {accumulate.compute} __one(1), __zero(0);")
+        alpha, beta = "&__one", "&__zero"
+    else:
+        alpha, beta = "1", "0"
+    lines += [f"for (int64_t __i = 0; __i < {count}; ++__i) {{ h2d::scalar_loop();",
+              f"cblas_{prefix}gemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, __m, __n, __k, "
+              f"{alpha}, __a + __i * __m * __k, std::max<int64_t>(1, __k), "
+              f"__b + __i * __k * __n, std::max<int64_t>(1, __n), {beta}, "
+              "__c + __i * __m * __n, std::max<int64_t>(1, __n));",
+              "}"]
+    b.pointer_map("blas", (), {"__a": a, "__b": x}, {"__c": target},
+                  "\n".join(lines), environments=[OpenBLAS.full_class_path()])
 
 
 # --------------------------------------------------------------------- loop nest

@@ -18,9 +18,9 @@ from collections.abc import Sequence
 import ml_dtypes
 import numpy as np
 
-from .. import ir
+from .. import ir, symbolic
 from . import dtypes
-from .builder import PARALLEL_WORK, Array, Builder, Literal, flat_index, map_params
+from .builder import PARALLEL_WORK, Array, Builder, Literal, cpp_size, flat_index, map_params
 from .fusion import scalar_region
 from .registry import register
 
@@ -133,17 +133,18 @@ def _identity(op: ir.Op) -> object | None:
 def reduce(b: Builder, op: ir.Op) -> None:
     dimensions = tuple(int(d) for d in op.attr("dimensions"))
     shape = op.operands[0].type.shape
-    reduced = int(np.prod([shape[d] for d in dimensions], dtype=np.int64))
+    reduced = np.prod([shape[d] for d in dimensions], dtype=object)
     outputs = op.results[0].type.size
     identity = _identity(op) if len(op.operands) == 2 else None
-    if (identity is not None and outputs < FEW_OUTPUTS and reduced >= 2 * MIN_CHUNK
+    if (identity is not None and not symbolic.is_symbolic(op.operands[0].type)
+            and outputs < FEW_OUTPUTS and reduced >= 2 * MIN_CHUNK
             and outputs * reduced >= PARALLEL_WORK):
         _reduce_in_chunks(b, op, dimensions, identity)
         return
     kept = iter(map_params(len(shape) - len(dimensions)))
     indices = [f"__r{dimensions.index(d)}" if d in dimensions else next(kept)
                for d in range(len(shape))]
-    loops = [f"for (int64_t __r{j} = 0; __r{j} < {shape[d]}; ++__r{j})"
+    loops = [f"for (int64_t __r{j} = 0; __r{j} < {cpp_size(shape[d])}; ++__r{j})"
              for j, d in enumerate(dimensions)]
     _emit(b, op, loops, "", indices, reduced)
 

@@ -83,6 +83,10 @@ def elementwise_rule(op: ir.Op) -> ElementwiseRule | None:
     return rule
 
 
+def elementwise_names() -> list[str]:
+    return sorted(_ELEMENTWISE)
+
+
 def translator(op: ir.Op) -> OpTranslator:
     try:
         return _OPS[op.name]

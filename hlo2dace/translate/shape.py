@@ -4,7 +4,9 @@ through memlets; the rest writes arrays with one map each."""
 
 from __future__ import annotations
 
-from .. import ir
+import dace
+
+from .. import ir, symbolic
 from . import dtypes
 from .builder import (
     Array,
@@ -15,7 +17,9 @@ from .builder import (
     PendingView,
     Pieces,
     View,
+    at_most,
     compose_axes,
+    cpp_size,
     flat_index,
     map_params,
     unresolved,
@@ -33,7 +37,7 @@ def _view(b: Builder, operand: ir.Value, result: ir.Value, axes: list[Axis]) -> 
     # a broadcast of a pending value is written at its own (smaller) size once and read
     # through a View, rather than recomputed for every element it is broadcast to (unless
     # the level says otherwise)
-    recompute = b.recompute_broadcasts or t.size <= source.type.size
+    recompute = b.recompute_broadcasts or at_most(t.size, source.type.size)
     if isinstance(pending, PendingView) and recompute:
         b.bind(result, PendingView(pending.source, compose_axes(pending.axes, axes), t))
         return
@@ -139,7 +143,8 @@ def reshape(b: Builder, op: ir.Op) -> None:
         # position, then the source's index from the view's axes
         stride = 1
         for d in reversed(range(len(source_shape))):
-            lines.append(f"const int64_t __o{d} = (__flat / {stride}LL) % {source_shape[d]}LL;")
+            lines.append(f"const int64_t __o{d} = (__flat / {cpp_size(stride)}) % "
+                         f"{cpp_size(source_shape[d])};")
             stride *= source_shape[d]
         indices = [str(axis.offset) if axis.dim is None else
                    f"{axis.offset} + {axis.stride} * __o{axis.dim}" for axis in source.axes]
@@ -197,9 +202,11 @@ def clamped_starts(values: list[ir.Value], starts: list[str], sizes, shape) -> l
     out = []
     for value, s, k, n in zip(values, starts, sizes, shape):
         if ir.is_unsigned(value.type.element):
-            out.append(f"(int64_t)std::min<uint64_t>((uint64_t){s}, {n - k}ull)")
+            out.append(f"(int64_t)std::min<uint64_t>((uint64_t){s}, "
+                       f"(uint64_t){cpp_size(n - k)})")
         else:
-            out.append(f"std::min<int64_t>(std::max<int64_t>((int64_t){s}, 0), {n - k})")
+            out.append(f"std::min<int64_t>(std::max<int64_t>((int64_t){s}, 0), "
+                       f"{cpp_size(n - k)})")
     return out
 
 
@@ -218,6 +225,25 @@ def dynamic_slice(b: Builder, op: ir.Op) -> None:
     b.bind(op.result, target)
 
 
+@register("stablehlo.real_dynamic_slice")
+def real_dynamic_slice(b: Builder, op: ir.Op) -> None:
+    """A strided slice whose start, limit and strides are run-time tensors, of a static
+    result type (``chlo.scan``'s legalisation slices this way). Positions outside the
+    operand, which the spec leaves undefined, are clamped into it."""
+    operand, starts, _, strides = op.operands
+    shape = operand.type.shape
+    if not op.result.type.is_static or symbolic.is_symbolic(op.result.type):
+        raise b.unsupported("a result of dynamic shape")
+    target = b.result_array(op.result)
+    indices = [f"std::min<int64_t>(std::max<int64_t>((int64_t)__start[{d}] + "
+               f"(int64_t)__stride[{d}] * (int64_t)__i{d}, 0), {n - 1})"
+               for d, n in enumerate(shape)]
+    code = f"__out = __src[{flat_index(shape, indices)}];"
+    b.indexed_map("real_dynamic_slice", target, {"__src": b.array(operand),
+                  "__start": b.array(starts), "__stride": b.array(strides)}, {}, code)
+    b.bind(op.result, target)
+
+
 @register("stablehlo.dynamic_update_slice")
 def dynamic_update_slice(b: Builder, op: ir.Op) -> None:
     operand, update, *start_values = op.operands
@@ -231,7 +257,7 @@ def dynamic_update_slice(b: Builder, op: ir.Op) -> None:
                          for d, k in enumerate(sizes)) or "true"
     inner = flat_index(sizes, [f"(int64_t)__i{d} - __start{d}" for d in range(len(sizes))])
     outer = flat_index(shape, map_params(len(shape)))
-    if source.name == target.name and target.type.size > 1:
+    if source.name == target.name and not at_most(target.type.size, 1):
         # a loop-carried array updated in place (see control.py): write the window only
         if update.type.size:
             _update_window(b, target, b.array(update), scalars, lines)
@@ -311,10 +337,18 @@ def get_tuple_element(b: Builder, op: ir.Op) -> None:
 
 @register("stablehlo.get_dimension_size")
 def get_dimension_size(b: Builder, op: ir.Op) -> None:
-    """A static dimension's size is a constant (``chlo.scan`` asks for it)."""
+    """A static dimension's size is a constant (``chlo.scan`` asks for it); a symbolic one
+    is written at run time from the program's symbols."""
     (operand,) = op.operands
     size = operand.type.shape[int(op.attr("dimension"))]
     if size is None:
         raise b.unsupported("the size of a dynamic dimension")
     element = dtypes.of(op.result.type, op.name, op.location)
-    b.bind(op.result, Literal(element.numpy.type(size), op.result.type))
+    if isinstance(size, int):
+        b.bind(op.result, Literal(element.numpy.type(size), op.result.type))
+        return
+    target = b.result_array(op.result)
+    b.mapped_tasklet("dimension_size", op.result.type, {},
+                     f"__out = {element.store(f'({element.compute})({cpp_size(size)})')};",
+                     {"__out": dace.Memlet(f"{target.name}[0]")})
+    b.bind(op.result, target)
