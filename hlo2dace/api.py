@@ -71,12 +71,18 @@ class Lowered:
         self.level = _level(optimize)
         self._module: ir.Module | None = None
         self._translation = None
+        self._symbols: tuple[symbolic.SymbolSource, ...] | None = None
 
     @property
     def module(self) -> ir.Module:
         if self._module is None:
             self._module = sink_constants(parse_module(self._normalized.text))
         return self._module
+
+    @property
+    def main(self) -> ir.Function:
+        """The entry function: ``entry``, else ``main`` or the only public function."""
+        return self.module.functions[self._entry] if self._entry else self.module.main
 
     @property
     def key(self) -> str:
@@ -96,17 +102,20 @@ class Lowered:
             from .translate import Builder
 
             module, signature = self.module, None
-            main = module.functions.get(self._entry) if self._entry else None
             try:
-                main = main or module.main
+                main = self.main
             except LookupError:
                 main = None  # the Builder says what is missing
-            if main is not None and symbolic.has_dynamic_types(main):
-                module, signature = symbolic.refine(module, self._entry)
             try:
+                if main is not None and symbolic.has_dynamic_types(main):
+                    module, signature = symbolic.refine(module, self._entry)
                 builder = Builder(module, self._name, self._entry, optimize=self.level,
                                   signature=signature)
                 sdfg = builder.build()
+            except symbolic.NeedsSpecialisation as exc:
+                if signature is not None and not exc.signature.symbols:
+                    exc.signature = signature  # raised by a translator, after refine
+                raise
             except Hlo2DaceError:
                 raise
             except Exception as exc:  # a translator's bug: still an Hlo2DaceError
@@ -141,17 +150,18 @@ class Lowered:
     def symbols(self) -> tuple[symbolic.SymbolSource, ...]:
         """The symbols the entry function's dynamic dimensions become (named after JAX's
         dimension variables where the module says them)."""
-        main = self.module.functions[self._entry] if self._entry else self.module.main
-        if not symbolic.has_dynamic_types(main):
-            return ()
-        try:
-            return symbolic.refine(self.module, self._entry)[1].symbols
-        except symbolic.NeedsSpecialisation as exc:
-            return exc.signature.symbols
+        if self._symbols is None:
+            self._symbols = ()
+            if symbolic.has_dynamic_types(self.main):
+                try:
+                    self._symbols = symbolic.refine(self.module, self._entry)[1].symbols
+                except symbolic.NeedsSpecialisation as exc:
+                    self._symbols = exc.signature.symbols
+        return self._symbols
 
     def argument_types(self, sizes: dict[str, int]) -> list[ir.Type]:
         """The entry function's argument types with the symbols at ``sizes``."""
-        main = self.module.functions[self._entry] if self._entry else self.module.main
+        main = self.main
         names = {(s.argument, s.dim): s.name for s in self.symbols()}
         missing = sorted({n for n in names.values() if n not in sizes})
         if missing:
@@ -180,8 +190,7 @@ class SpecialisingProgram:
 
     def __init__(self, lowered: Lowered, reason: symbolic.NeedsSpecialisation):
         self.lowered, self.reason = lowered, reason
-        main = lowered.module.functions[lowered._entry] if lowered._entry \
-            else lowered.module.main
+        main = lowered.main
         self._all_types = [v.type for v in main.arguments]
         self._types = _data(self._all_types)
         names = {(s.argument, s.dim): s.name for s in reason.signature.symbols}

@@ -373,7 +373,7 @@ def _lowering(ctx, *operands, fn: Function):
 
 
 def _in_place_pairs(program: runtime.Program, donated: Sequence[int]) -> dict[int, int]:
-    """Donated argument -> a result of its shape and storage type that the program writes
+    """Donated argument -> a result of its shape and type that the program writes
     where it reads the argument (``_writes_in_place``), as XLA pairs donations: the first
     such result not taken yet."""
     import dace
@@ -383,7 +383,8 @@ def _in_place_pairs(program: runtime.Program, donated: Sequence[int]) -> dict[in
     for i in donated:
         a = program.arguments[i]
         for j, r in enumerate(program.results):
-            if (j not in pairs.values() and a.shape and (a.shape, a.storage) == (r.shape, r.storage)
+            if (j not in pairs.values() and a.shape
+                    and (a.shape, a.dtype, a.storage) == (r.shape, r.dtype, r.storage)
                     and _writes_in_place(sdfg, a.name, r.name)):
                 pairs[i] = j
                 break

@@ -263,9 +263,10 @@ class Program:
                     buffers = ([self._convert(i, a) for i, a in enumerate(inputs)] + outputs
                                + list(symbols))
                     self._native(*self._native_prefix, *buffers)
-            elif self._slots:
-                self._cfunc(self._handle, *[buffers[slot].__array_interface__["data"][0]
-                                            if isinstance(slot, int) else slot
+            elif self._slots:  # ctypes: pointers as ints, symbols as their values
+                self._cfunc(self._handle, *[slot if not isinstance(slot, int)
+                                            else buffers[slot] if slot >= self._first_symbol
+                                            else buffers[slot].__array_interface__["data"][0]
                                             for slot in self._slots])
             else:  # arguments that are not all arrays: DaCe's own marshalling
                 configure_dace()  # this thread's DaCe settings check the arguments
@@ -286,6 +287,8 @@ class Program:
         compiled.initialize(**self._named(buffers))
         names = [spec.name for spec in self.arguments + self.results] + list(self.symbol_names)
         position = {name: k for k, name in enumerate(names)}
+        #: positions from here on in a call's buffers are symbols' values, not arrays
+        self._first_symbol = len(names) - len(self.symbol_names)
         slots: list[int | ctypes.c_void_p] = []
         for name in compiled._sig:
             if not (isinstance(compiled._typedict[name], dace.data.Array)
@@ -374,14 +377,20 @@ class SymbolicProgram(Program):
         self.symbol_names = tuple(names)
         self._sizes = [(spec, [_expression(d, names) for d in spec.shape])
                        for spec in (*self.arguments, *self.results)]
+        self._specs_at: dict[tuple[int, ...], list[TensorSpec]] = {}
 
     def __call__(self, *arrays: Any) -> list[np.ndarray]:
         if len(arrays) != len(self.arguments):
             raise ArgumentError(f"expected {len(self.arguments)} arguments, got {len(arrays)}")
         values = self.symbols.values(arrays)
-        sizes = list(values.values())
-        specs = [TensorSpec(spec.name, tuple(int(f(*sizes)) for f in shape), spec.dtype,
-                            spec.storage, spec.bits) for spec, shape in self._sizes]
+        sizes = tuple(values.values())
+        specs = self._specs_at.get(sizes)
+        if specs is None:  # the specs at these sizes, made once
+            if len(self._specs_at) >= 256:
+                self._specs_at.clear()
+            specs = self._specs_at[sizes] = [
+                TensorSpec(spec.name, tuple(int(f(*sizes)) for f in shape), spec.dtype,
+                           spec.storage, spec.bits) for spec, shape in self._sizes]
         inputs = [self._convert(i, array, spec)
                   for i, (spec, array) in enumerate(zip(specs, arrays))]
         results = specs[len(inputs):]

@@ -129,9 +129,7 @@ class _Inference:
             return a
         if isinstance(a, int) and isinstance(b, int):
             raise NeedsSpecialisation(op.name, f"dimensions {a} and {b} differ", op.location)
-        where = f" at {op.location}" if op.location else ""
-        self.checks.append(Check(str(sympy.Eq(a, b)), f"{op.name}{where} needs dimension "
-                                 "{0} to equal {1}", (str(a), str(b))))
+        self.require(sympy.Eq(a, b), op, "needs dimension {0} to equal {1}", a, b)
         # one name for both from here on: a symbol becomes the other dimension in every
         # type (the check above makes that true at run time)
         a, b = self.resolve(a), self.resolve(b)
@@ -141,6 +139,14 @@ class _Inference:
             elif isinstance(a, sympy.Symbol):
                 self.aliases[a] = b
         return b if isinstance(b, int) else a
+
+    def require(self, condition, op: ir.Op, message: str, *values: Dim) -> None:
+        """A condition on the symbols that every call must meet (``message`` names the
+        ``values`` as ``{0}``, ``{1}``...)."""
+        where = f" at {op.location}" if op.location else ""
+        where = where.replace("{", "{{").replace("}", "}}")
+        self.checks.append(Check(str(condition), f"{op.name}{where} {message}",
+                                 tuple(map(str, values))))
 
     def resolve(self, dim: Dim) -> Dim:
         """``dim`` with aliased symbols replaced by what they equal."""
@@ -215,6 +221,11 @@ class _Inference:
             if isinstance(t, ir.TensorType):
                 dims = []
                 for declared, found in zip(t.shape, shape or (None,) * t.rank):
+                    if found is not None and not isinstance(found, int) and (
+                            found.has(sympy.Piecewise) or not isinstance(found, sympy.Expr)
+                            or found.atoms(sympy.Rel, sympy.logic.boolalg.BooleanFunction)):
+                        raise NeedsSpecialisation(op.name, f"a size ({found}) that is not "
+                                                  "arithmetic of the symbols", op.location)
                     if declared is None:
                         if found is None:
                             raise NeedsSpecialisation(op.name, f"the size of {value.name} is "
@@ -231,7 +242,10 @@ class _Inference:
         result_knowns = refined.knowns
         value_rule = _VALUE_RULES.get(op.name)
         if result_knowns is None and value_rule is not None and len(op.results) == 1:
-            known = value_rule(op, knowns, shapes)
+            try:  # contents are known where sympy can follow them; else not at all
+                known = value_rule(op, knowns, shapes)
+            except (TypeError, ValueError, AttributeError):
+                known = None
             result_knowns = [None if known is None else np.asarray(known, dtype=object)
                              .reshape(results[0].type.shape)]
         for value, known in zip(op.results, result_knowns or ()):
@@ -312,15 +326,26 @@ def _dim(value: Any) -> Dim:
 
 @_shape_rule("stablehlo.get_dimension_size", "stablehlo.constant", "stablehlo.iota",
              "stablehlo.optimization_barrier", "stablehlo.return", "func.return",
-             "stablehlo.dynamic_slice", "stablehlo.dynamic_update_slice",
              "stablehlo.after_all", "stablehlo.create_token", "stablehlo.reverse")
 def _declared_or_same(inference, op, operands, shapes, knowns, env):
     """Results of declared (static) types, or of the operand's shape."""
     if op.name == "stablehlo.optimization_barrier":
         return shapes
-    if op.name in ("stablehlo.dynamic_update_slice", "stablehlo.reverse"):
+    if op.name == "stablehlo.reverse":
         return [shapes[0]]
     return [None] * len(op.results)
+
+
+@_shape_rule("stablehlo.dynamic_slice", "stablehlo.dynamic_update_slice")
+def _window(inference, op, operands, shapes, knowns, env):
+    """A window of static sizes in a dimension that may be a symbol: the dimension must
+    hold it (its start is clamped into ``[0, n - k]``)."""
+    sizes = op.attr("slice_sizes") if op.name == "stablehlo.dynamic_slice" else shapes[1]
+    for n, k in zip(shapes[0], sizes):
+        if not (isinstance(n, int) and isinstance(k, int)):
+            inference.require(sympy.Ge(n, k), op, "needs dimension {0} to hold a window of "
+                              "{1}", n, k)
+    return [None] if op.name == "stablehlo.dynamic_slice" else [shapes[0]]
 
 
 @_shape_rule("stablehlo.broadcast_in_dim")
@@ -345,7 +370,7 @@ def _dynamic_broadcast(inference, op, operands, shapes, knowns, env):
 def _shape_operand(inference, op, operands, shapes, knowns, env):
     result = tuple(_known(op, knowns, len(operands) - 1))
     if op.name == "stablehlo.dynamic_reshape":
-        inference.unify(sympy.Mul(*shapes[0]), sympy.Mul(*result), op)
+        inference.unify(_dim(sympy.Mul(*shapes[0])), _dim(sympy.Mul(*result)), op)
     return [result]
 
 
@@ -432,7 +457,10 @@ def _call(inference, op, operands, shapes, knowns, env):
            tuple(None if k is None else tuple(map(str, k.flat)) for k in knowns))
     if key not in inference.clones:
         taken = {name for name, _ in inference.clones.values()}
-        name = callee if callee not in taken else f"{callee}_{len(inference.clones)}"
+        name, k = callee, 0
+        while name in taken or (name != callee and name in inference.module.functions):
+            k += 1
+            name = f"{callee}_clone{k}"
         for known, attributes in zip(knowns, function.argument_attributes):
             global_name = attributes.get("jax.global_constant") if attributes else None
             if global_name and known is not None and known.size == 1 \
@@ -505,8 +533,12 @@ def _same_values(op, knowns, shapes):
         if not _static(t) or known.size != 1:
             return None
         return [known.flat[0]] * t.size
-    if op.name == "stablehlo.convert" and ir.is_bool(t.element):
-        return [sympy.Ne(v, 0) for v in known.flat]
+    if op.name == "stablehlo.convert":
+        source = op.operands[0].type.element
+        if ir.is_bool(t.element) and not ir.is_bool(source):
+            return [sympy.Ne(v, 0) for v in known.flat]
+        if ir.is_bool(source) and not ir.is_bool(t.element):
+            return [sympy.Piecewise((1, v), (0, True)) for v in known.flat]
     return list(known.flat)
 
 
@@ -555,7 +587,7 @@ def _arithmetic(op, knowns, shapes):
     if op.name == "stablehlo.select":
         return [sympy.Piecewise((a, p), (b, True)) for p, a, b in zip(*flat)]
     if op.name == "stablehlo.not":
-        return [sympy.Not(a) for a in flat[0]]
+        return [sympy.Not(a) if ir.is_bool(t.element) else -a - 1 for a in flat[0]]
     if op.name in ("stablehlo.and", "stablehlo.or") and not ir.is_bool(t.element):
         return None
     return [_ARITHMETIC[op.name](a, b) for a, b in zip(*flat)]

@@ -266,3 +266,12 @@ def test_donation(f, in_place, outer_donates):
             assert jax.tree_util.tree_leaves(actual)[0].unsafe_buffer_pointer() == address
     else:
         np.testing.assert_array_equal(np.asarray(p), kept)
+
+
+def test_donation_pairs_only_results_of_the_arguments_type():
+    """f16 and bf16 share a storage type; a bf16 result never takes an f16 buffer."""
+    kernel = hlo2dace.jit(lambda p: (p * 2).astype(jnp.bfloat16), donate_argnums=0)
+    p = jnp.arange(8, dtype=jnp.float16)
+    got = jax.jit(kernel, donate_argnums=0)(p)
+    assert got.dtype == jnp.bfloat16
+    np.testing.assert_array_equal(np.asarray(got, np.float32), np.arange(8) * 2.0)

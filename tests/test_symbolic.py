@@ -164,6 +164,59 @@ def test_failed_shape_assertion_gives_jaxs_message(symbolic):
     _assert_close(compiled(np.ones((3, 3), np.float32)), fun(np.ones((3, 3), np.float32)))
 
 
+def test_a_window_larger_than_its_symbolic_dimension_is_refused():
+    text = """
+    func.func @main(%x: tensor<?xf32>, %i: tensor<i32>) -> tensor<4xf32> {
+      %0 = stablehlo.dynamic_slice %x, %i, sizes = [4] : (tensor<?xf32>, tensor<i32>)
+          -> tensor<4xf32>
+      return %0 : tensor<4xf32>
+    }"""
+    compiled = hlo2dace.compile_text(text)
+    assert isinstance(compiled.program, runtime.SymbolicProgram)
+    x = np.arange(6, dtype=np.float32)
+    np.testing.assert_array_equal(compiled(x, np.int32(5)), x[2:])  # start clamped
+    with pytest.raises(ArgumentError, match="needs dimension 2 to hold a window of 4"):
+        compiled(x[:2], np.int32(0))
+
+
+def test_callees_refined_twice_keep_apart_from_other_functions():
+    """``f`` called at two shapes gets a second copy, which must not replace ``f_2``."""
+    text = """
+    func.func @main(%x: tensor<?xf32>) -> (tensor<?xf32>, tensor<?xf32>, tensor<?xf32>) {
+      %y = stablehlo.concatenate %x, %x, dim = 0 : (tensor<?xf32>, tensor<?xf32>)
+          -> tensor<?xf32>
+      %a = func.call @f_2(%y) : (tensor<?xf32>) -> tensor<?xf32>
+      %b = func.call @f(%x) : (tensor<?xf32>) -> tensor<?xf32>
+      %c = func.call @f(%y) : (tensor<?xf32>) -> tensor<?xf32>
+      return %a, %b, %c : tensor<?xf32>, tensor<?xf32>, tensor<?xf32>
+    }
+    func.func private @f(%x: tensor<?xf32>) -> tensor<?xf32> {
+      %0 = stablehlo.multiply %x, %x : tensor<?xf32>
+      return %0 : tensor<?xf32>
+    }
+    func.func private @f_2(%x: tensor<?xf32>) -> tensor<?xf32> {
+      %0 = stablehlo.add %x, %x : tensor<?xf32>
+      return %0 : tensor<?xf32>
+    }"""
+    x = np.array([1, 2, 3], np.float32)
+    y = np.concatenate([x, x])
+    a, b, c = hlo2dace.compile_text(text)(x)
+    np.testing.assert_array_equal(a, y + y)
+    np.testing.assert_array_equal(b, x * x)
+    np.testing.assert_array_equal(c, y * y)
+
+
+def test_symbolic_program_through_ctypes(monkeypatch):
+    """Without the C call path, symbols go to the entry point through ctypes."""
+    monkeypatch.setattr(runtime.callpath, "native", lambda: None)
+    compiled = hlo2dace.jit(lambda x: jnp.cos(x) * 3 - 1, polymorphic_shapes=["(b, 2)"])
+    for n in (3, 8):
+        x = np.linspace(-1, 1, 2 * n).reshape(n, 2)
+        _assert_close(compiled(x), np.cos(x) * 3 - 1, rtol=1e-14, atol=1e-14)
+    (entry,) = compiled._polymorphic.values()
+    assert entry[0].program._native is None and entry[0].program._slots
+
+
 def test_multi_platform_export_runs_its_cpu_variant():
     def fun(x):
         return jnp.sin(x) * 2

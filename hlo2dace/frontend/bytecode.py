@@ -168,11 +168,16 @@ def _running_server() -> subprocess.Popen:
     if _server is None or _server[1] != os.getpid() or _server[0].poll() is not None:
         if _server is not None and _server[1] == os.getpid():
             _stop()
+        elif _server is not None:  # a forked process: close its copies of the parent's pipes
+            _server[0].stdin.close()
+            _server[0].stdout.close()
+            _server[2].close()
         # one thread of OpenBLAS: the server forks, and it does no linear algebra
         env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
         # its messages go to a file, read if it fails (a pipe could fill up and block it)
         messages = tempfile.TemporaryFile()
-        process = subprocess.Popen([sys.executable, "-c", _SERVER], stdin=subprocess.PIPE,
+        # -I: the user's folder and environment put no module of theirs before jaxlib's
+        process = subprocess.Popen([sys.executable, "-I", "-c", _SERVER], stdin=subprocess.PIPE,
                                    stdout=subprocess.PIPE, stderr=messages, env=env,
                                    start_new_session=True)
         _server = (process, os.getpid(), messages)

@@ -167,10 +167,11 @@ def normalize(source: Any) -> NormalizedModule:
         module = _to_mlir_module(ctx, source)
         _refuse_reverse_scans(module)
         _run(ctx, module, NORMALIZE_PIPELINE, "legalisation")
-        if _DYNAMIC.search(module.operation.get_asm(print_generic_op_form=True,
-                                                    enable_debug_info=False)):
+        bare = module.operation.get_asm(print_generic_op_form=True, enable_debug_info=False)
+        if _DYNAMIC.search(bare):
             _run(ctx, module, REFINE_PIPELINE, "shape refinement")
-        return _printed(module)
+            bare = None
+        return _printed(module, bare)
 
 
 def _refuse_reverse_scans(module) -> None:
@@ -231,9 +232,12 @@ def _run(ctx, module, pipeline: str, what: str) -> None:
         raise _mlir_error(exc, f"module ({what} failed)") from None
 
 
-def _printed(module) -> NormalizedModule:
+def _printed(module, bare: str | None = None) -> NormalizedModule:
+    """The module's text, and the digest of its text without locations (``bare``, if
+    printed already)."""
     text = module.operation.get_asm(print_generic_op_form=True, enable_debug_info=True)
-    bare = module.operation.get_asm(print_generic_op_form=True, enable_debug_info=False)
+    if bare is None:
+        bare = module.operation.get_asm(print_generic_op_form=True, enable_debug_info=False)
     return NormalizedModule(text, hashlib.sha256(bare.encode()).hexdigest())
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dace
 
-from .. import ir, symbolic
+from .. import ir
 from . import dtypes
 from .builder import (
     Array,
@@ -232,7 +232,7 @@ def real_dynamic_slice(b: Builder, op: ir.Op) -> None:
     operand, which the spec leaves undefined, are clamped into it."""
     operand, starts, _, strides = op.operands
     shape = operand.type.shape
-    if not op.result.type.is_static or symbolic.is_symbolic(op.result.type):
+    if not op.result.type.is_static:
         raise b.unsupported("a result of dynamic shape")
     target = b.result_array(op.result)
     indices = [f"std::min<int64_t>(std::max<int64_t>((int64_t)__start[{d}] + "
