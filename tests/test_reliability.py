@@ -3,6 +3,7 @@ raise ArgumentError, a disk cache that two processes share, that detects damage 
 falls back when its folder cannot be written, calls and compiles from several threads,
 memory that does not grow over 10,000 calls, and index arithmetic past 2^31 elements."""
 
+import ctypes
 import errno
 import gc
 import json
@@ -463,29 +464,34 @@ def test_compiling_from_several_threads(private_cache, monkeypatch):
 
 
 def _rss() -> int:
+    """Resident memory after collecting garbage and giving free heap pages back to the
+    system, so memory freed by an earlier test cannot hide a leak by being reused."""
+    gc.collect()
+    ctypes.CDLL(None).malloc_trim(0)
     with open("/proc/self/statm") as statm:
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 @pytest.mark.parametrize("path", ["jit", "compiled"])
 def test_ten_thousand_calls_do_not_grow_memory(path):
-    """Resident memory and the number of Python objects after 10,000 calls, against the
-    same after a warm-up of 1,000: a result (8 KB) kept per call would add 80 MB, an
-    object kept per call 10,000 objects."""
+    """Resident memory and Python objects over three windows of 5,000 calls after a
+    warm-up of 1,000. A leak grows every window (a result of 8 KB kept per call adds 40 MB
+    per window, 400 bytes per call still 2 MB); one-off growth, such as an allocator arena
+    made for a new thread, does not repeat, so the quietest window is what is judged."""
     f = hlo2dace.jit(lambda x, y: jnp.sin(x) * y + 1.0)
     x, y = np.linspace(0, 1, 1000), np.linspace(1, 2, 1000)
     call = f if path == "jit" else f.lower(x, y).compile()
     for _ in range(1000):
         call(x, y)
-    gc.collect()
-    rss, objects = _rss(), len(gc.get_objects())
-    for _ in range(10_000):
-        call(x, y)
-    gc.collect()
-    grown, new_objects = _rss() - rss, len(gc.get_objects()) - objects
-    print(f"{path}: RSS {rss / 2**20:.1f} MiB, +{grown / 2**20:.2f} MiB and "
-          f"{new_objects:+d} objects over 10,000 calls")
-    assert grown < 8 * 2 ** 20 and new_objects < 1000
+    windows = []
+    for _ in range(3):
+        rss, objects = _rss(), len(gc.get_objects())
+        for _ in range(5000):
+            call(x, y)
+        windows.append((_rss() - rss, len(gc.get_objects()) - objects))
+    print(f"{path}: growth per window of 5,000 calls (bytes, objects): {windows}")
+    assert min(grown for grown, _ in windows) < 2 * 2 ** 20
+    assert min(new_objects for _, new_objects in windows) < 500
     np.testing.assert_allclose(np.asarray(call(x, y)), np.sin(x) * y + 1.0, rtol=1e-15)
 
 
