@@ -134,10 +134,13 @@ NOTES = {
         "and leading dimensions, one call per batch element; XLA calls Eigen. At 64x64 the "
         "per-call overhead dominates."),
     "Reductions": (
-        "Each output element is one loop over the reduced elements, the outputs split among "
-        "threads; a reduction to few outputs cuts its longest reduced dimension into chunks "
-        "reduced in parallel. A reduction over a leading axis reads with a stride, which costs "
-        "bandwidth; logsumexp's reductions are separate maps from its elementwise work."),
+        "A reduction over any axis but the last folds the rows after it a block of 1024 "
+        "outputs at a time: the reduced axes are outer loops and the row a contiguous inner "
+        "loop, the blocks split among threads. Over the last axis each output element is one "
+        "loop (kept in order, so float sums do not vectorise); a reduction to few outputs "
+        "cuts its longest reduced dimension into chunks reduced in parallel. max/min keep "
+        "NaN-propagating branches, which do not vectorise; logsumexp's reductions are "
+        "separate maps from its elementwise work."),
     "Loops": (
         "A counted loop is a C++ for-loop over a DaCe symbol and a data-dependent loop a "
         "`while (true)` with a break, both with no per-iteration cost beyond their bodies' "

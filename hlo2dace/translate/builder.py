@@ -759,17 +759,24 @@ class Builder:
                             {name: dace.Memlet(f"{array.name}[{out_subset}]")
                              for name, array in zip(names, targets)}, work_per_element)
 
-    def indexed_map_into(self, label: str, space: ir.TensorType, target: Array,
-                         arrays: dict[str, Array], scalars: dict[str, Union[Array, Literal]],
-                         code: str, work_per_element: int = 1) -> None:
+    def indexed_map_into(self, label: str, space: ir.TensorType,
+                         target: Union[Array, Sequence[Array]], arrays: dict[str, Array],
+                         scalars: dict[str, Union[Array, Literal]], code: str,
+                         work_per_element: int = 1) -> None:
         """One map over ``space`` whose tasklet writes elements of ``target`` it chooses
-        through the pointer ``__dst`` (an in-place update of part of an array)."""
+        through the pointer ``__dst`` (or ``__dst0, __dst1, ...`` for a sequence of
+        targets): an in-place update of part of an array, or a block of results."""
         if space.size == 0:
             return
+        targets = [target] if isinstance(target, Array) else list(target)
+        names = ["__dst"] if isinstance(target, Array) else [f"__dst{k}" for k in
+                                                              range(len(targets))]
         inputs, prelude = self._whole_array_inputs(arrays, scalars)
-        full = ", ".join(f"0:{n}" for n in dace_shape(target.type))
-        self.mapped_tasklet(label, space, inputs, "\n".join(prelude + [code]),
-                            {"__dst": dace.Memlet(f"{target.name}[{full}]", dynamic=True)},
+        outputs = {}
+        for name, array in zip(names, targets):
+            full = ", ".join(f"0:{n}" for n in dace_shape(array.type))
+            outputs[name] = dace.Memlet(f"{array.name}[{full}]", dynamic=True)
+        self.mapped_tasklet(label, space, inputs, "\n".join(prelude + [code]), outputs,
                             work_per_element)
 
     def pointer_map(self, label: str, shape: Sequence[int], inputs: dict[str, Array],

@@ -4,6 +4,10 @@ number of operands: one map over the result, each element a loop nest (over the 
 dimensions, or over the window) that applies the body in the order the elements are
 laid out.
 
+Where the result keeps dimensions after the last reduced one (rows, contiguous in operand
+and result), reading one output's elements would stride across the operand; the rows are
+folded a block at a time instead (``_reduce_by_rows``), in the same order per output.
+
 A reduction to few elements would leave that map without parallelism. When its body is
 one associative and commutative op (add, multiply, max, min, and, or, xor) of a single
 operand, the largest reduced dimension is cut into chunks: a parallel map computes one
@@ -29,6 +33,11 @@ FEW_OUTPUTS = 64
 #: chunks never hold fewer elements than this (a chunk is one loop, run by one thread)
 MIN_CHUNK = 4096
 MAX_CHUNKS = 256
+#: rows (kept elements after the last reduced dimension) at least this long are folded
+#: a block at a time (``_reduce_by_rows``)
+MIN_ROW = 8
+#: the block of a row one map iteration folds, in accumulators on its stack
+ROW_BLOCK = 1024
 
 
 def _accumulate(b: Builder, op: ir.Op, label: str, arrays: Sequence[Array],
@@ -41,14 +50,30 @@ def _accumulate(b: Builder, op: ir.Op, label: str, arrays: Sequence[Array],
     region) folds each into the accumulators, and the results are stored. A sum of f16 or
     bf16 accumulates in float and rounds once, as XLA's CPU code does in effect (rounding
     every step would lose all precision over long sums)."""
+    elements, results, scalars, body = _fold(b, op, arrays, targets, starts)
+    lines = [f"{element.compute} __acc{k} = {element.load(f'__init{k}')};"
+             for k, element in enumerate(results)]
+    inputs = {f"__in{k}": a for k, a in enumerate(arrays) if a.type.size}
+    flat = flat_index(arrays[0].type.shape, indices)
+    inner = ["h2d::scalar_loop();"] + ([f"if (!({guard})) continue;"] if guard else [])
+    inner += [f"const {e.compute} __x{k} = {e.load(f'__in{k}[{flat}]')};"
+              for k, e in enumerate(elements)]
+    inner += body
+    if inputs:
+        lines.append(" ".join(loops) + " {\n    " + "\n    ".join(inner) + "\n}")
+    lines += [f"__out{k} = {element.store(f'__acc{k}')};" for k, element in enumerate(results)]
+    b.indexed_map(label, list(targets), inputs, scalars, "\n".join(lines), work_per_element)
+
+
+def _fold(b: Builder, op: ir.Op, arrays: Sequence[Array], targets: Sequence[Array],
+          starts: Sequence[Array | Literal]) -> tuple[list, list, dict, list[str]]:
+    """The element types of ``arrays`` and ``targets``, the init values as tasklet scalars
+    ``__init0, ...``, and the statements that fold the elements ``__x0, ...`` into the
+    accumulators ``__acc0, ...`` with the reducer body."""
     elements = [dtypes.of(a.type, op.name, op.location) for a in arrays]
     results = [dtypes.of(t.type, op.name, op.location) for t in targets]
+    scalars = {f"__init{k}": start for k, start in enumerate(starts)}
     n = len(targets)
-    lines, scalars = [], {}
-    for k, (start, element) in enumerate(zip(starts, results)):
-        scalars[f"__init{k}"] = start
-        lines.append(f"{element.compute} __acc{k} = {element.load(f'__init{k}')};")
-
     if _is_float_sum(op):
         body, returned = [], ["__acc0 + __x0"]
     else:
@@ -57,17 +82,8 @@ def _accumulate(b: Builder, op: ir.Op, label: str, arrays: Sequence[Array],
             b, op.regions[0].entry,
             [f"__acc{k}" for k in range(n)] + [f"__x{k}" for k in range(n)], "__v")
         b.current_op = saved
-
-    inputs = {f"__in{k}": a for k, a in enumerate(arrays) if a.type.size}
-    flat = flat_index(arrays[0].type.shape, indices)
-    inner = ["h2d::scalar_loop();"] + ([f"if (!({guard})) continue;"] if guard else [])
-    inner += [f"const {e.compute} __x{k} = {e.load(f'__in{k}[{flat}]')};"
-              for k, e in enumerate(elements)]
-    inner += body + [f"__acc{k} = {expression};" for k, expression in enumerate(returned)]
-    if inputs:
-        lines.append(" ".join(loops) + " {\n    " + "\n    ".join(inner) + "\n}")
-    lines += [f"__out{k} = {element.store(f'__acc{k}')};" for k, element in enumerate(results)]
-    b.indexed_map(label, list(targets), inputs, scalars, "\n".join(lines), work_per_element)
+    body = body + [f"__acc{k} = {expression};" for k, expression in enumerate(returned)]
+    return elements, results, scalars, body
 
 
 def _emit(b: Builder, op: ir.Op, loops: Sequence[str], guard: str,
@@ -141,12 +157,75 @@ def reduce(b: Builder, op: ir.Op) -> None:
             and outputs * reduced >= PARALLEL_WORK):
         _reduce_in_chunks(b, op, dimensions, identity)
         return
+    if (dimensions and not symbolic.is_symbolic(op.operands[0].type) and outputs
+            and op.operands[0].type.size and _row(shape, dimensions) >= MIN_ROW):
+        _reduce_by_rows(b, op, dimensions)
+        return
     kept = iter(map_params(len(shape) - len(dimensions)))
     indices = [f"__r{dimensions.index(d)}" if d in dimensions else next(kept)
                for d in range(len(shape))]
     loops = [f"for (int64_t __r{j} = 0; __r{j} < {cpp_size(shape[d])}; ++__r{j})"
              for j, d in enumerate(dimensions)]
     _emit(b, op, loops, "", indices, reduced)
+
+
+def _row(shape: Sequence[int], dimensions: Sequence[int]) -> int:
+    """The number of elements in the kept dimensions after the last reduced one."""
+    return int(np.prod(shape[max(dimensions) + 1:], dtype=np.int64))
+
+
+def _reduce_by_rows(b: Builder, op: ir.Op, dimensions: Sequence[int]) -> None:
+    """A reduction whose kept dimensions after the last reduced one (a row, contiguous in
+    operand and result) are long enough, folded a block of the row at a time: one map
+    iteration per block keeps its accumulators in a local array, the reduced dimensions
+    are its outer loops and the block its inner loop, so reads are contiguous and
+    vectorise where reading one output's elements would stride across the operand. Each
+    output still folds its elements in the order ``_emit`` does, so results are the
+    same."""
+    n = len(op.operands) // 2
+    inputs, inits = op.operands[:n], op.operands[n:]
+    shape = inputs[0].type.shape
+    last = max(dimensions)
+    row = _row(shape, dimensions)
+    block = min(row, ROW_BLOCK)
+    outer = [shape[d] for d in range(last + 1) if d not in dimensions]
+    space = ir.TensorType((*outer, -(-row // block)), op.results[0].type.element)
+    params = map_params(space.rank)
+    arrays = [b.array(v) for v in inputs]
+    targets = [b.result_array(v) for v in op.results]
+    elements, results, scalars, body = _fold(
+        b, op, arrays, targets, [b.scalar_operand(init) for init in inits])
+    kept = iter(params)
+    indices = [f"__r{dimensions.index(d)}" if d in dimensions else next(kept)
+               for d in range(last + 1)]
+    start = f"(int64_t){params[-1]} * {block}"
+    lines = [f"const int64_t __first = {start}, __count = std::min<int64_t>({block}, "
+             f"{row} - __first);"]
+    lines += [f"{e.compute} __row{k}[{block}];\n"
+              f"for (int64_t __t = 0; __t < __count; ++__t) "
+              f"__row{k}[__t] = {e.load(f'__init{k}')};" for k, e in enumerate(results)]
+    loops = [f"for (int64_t __r{j} = 0; __r{j} < {shape[d]}; ++__r{j}) {{"
+             for j, d in enumerate(dimensions)]
+    offset = f"({flat_index(shape[:last + 1], indices)}) * {row} + __first"
+    inner = [f"const int64_t __at = {offset};",
+             "for (int64_t __t = 0; __t < __count; ++__t) {",
+             *(f"{e.compute} __acc{k} = __row{k}[__t];" for k, e in enumerate(results)),
+             *(f"const {e.compute} __x{k} = {e.load(f'__in{k}[__at + __t]')};"
+               for k, e in enumerate(elements)),
+             *body,
+             *(f"__row{k}[__t] = __acc{k};" for k in range(n)),
+             "}"]
+    lines += [*loops, "h2d::scalar_loop();", *inner, "}" * len(loops)]
+    out = f"({flat_index(outer, params[:-1])}) * {row} + __first"
+    lines += [f"for (int64_t __t = 0; __t < __count; ++__t) "
+              f"__dst{k}[{out} + __t] = {e.store(f'__row{k}[__t]')};"
+              for k, e in enumerate(results)]
+    reduced = int(np.prod([shape[d] for d in dimensions], dtype=np.int64))
+    b.indexed_map_into("reduce_rows", space, targets,
+                       {f"__in{k}": a for k, a in enumerate(arrays)}, scalars,
+                       "\n".join(lines), reduced * block)
+    for value, target in zip(op.results, targets):
+        b.bind(value, target)
 
 
 def _reduce_in_chunks(b: Builder, op: ir.Op, dimensions: Sequence[int], identity) -> None:
