@@ -136,11 +136,12 @@ NOTES = {
     "Reductions": (
         "A reduction over any axis but the last folds the rows after it a block of 1024 "
         "outputs at a time: the reduced axes are outer loops and the row a contiguous inner "
-        "loop, the blocks split among threads. Over the last axis each output element is one "
-        "loop (kept in order, so float sums do not vectorise); a reduction to few outputs "
-        "cuts its longest reduced dimension into chunks reduced in parallel. max/min keep "
-        "NaN-propagating branches, which do not vectorise; logsumexp's reductions are "
-        "separate maps from its elementwise work."),
+        "loop, the blocks split among threads. Over the last axis, sums fold each block of "
+        "256 elements into 16 vector lanes; a reduction to few outputs cuts its longest "
+        "reduced dimension into chunks reduced in parallel. An elementwise operand only the "
+        "reduction reads (logsumexp's exp) is computed inside its loop, never stored. "
+        "max/min keep NaN-propagating branches, which do not vectorise; argmax reads its "
+        "operand through a call, so an expression there is written first."),
     "Loops": (
         "A counted loop is a C++ for-loop over a DaCe symbol and a data-dependent loop a "
         "`while (true)` with a break, both with no per-iteration cost beyond their bodies' "

@@ -1,6 +1,7 @@
 """stablehlo.reduce against jax.jit: the reductions of jnp and jax.nn over every dtype,
 several and empty reduced dimensions, NaN, integer overflow, and variadic (argmax) bodies."""
 
+import dace
 import jax
 import jax.numpy as jnp
 import ml_dtypes
@@ -273,3 +274,99 @@ def test_reductions_over_leading_and_middle_axes_fold_rows(dtype):
         np.testing.assert_array_equal(np.asarray(minimum), y.min(1))
         assert np.isnan(float(maximum[2, 3, 1029]))
         assert np.signbit(np.asarray(maximum)[:, 1, 7]).all()
+
+
+def _transient_shapes(sdfg):
+    return sorted(tuple(d.shape) for _, _, d in sdfg.arrays_recursive()
+                  if d.transient and isinstance(d, dace.data.Array))
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES + COMPLEX_DTYPES + (np.int32, np.uint8),
+                         ids=dtype_id)
+def test_elementwise_expressions_are_computed_inside_the_reduction(dtype):
+    """A reduction of an elementwise expression that nothing else reads computes it in its
+    own loop, a block at a time (logsumexp's exp(x - max), a sum of squares, an argmax of
+    a product, a reduction to few outputs in chunks): no array of the operand's size is
+    written, and the results match XLA with NaN and infinities among the inputs. (An
+    argmax reads its operand through a call, so JAX's argmax of an expression is not
+    fused.)"""
+    kind = np.dtype(dtype).kind
+    rng = np.random.default_rng(3)
+    shape = (6, 700)
+    x = rng.standard_normal(shape) * 3
+    if kind in "iu":  # small: XLA computes x * 2 of uint8 without wrapping before a mean
+        x = np.abs(x) * 5
+    x = (x + 1j * rng.standard_normal(shape) if kind == "c" else x).astype(dtype)
+    y = x[::-1].copy()
+
+    def f(x, y):
+        out = {"squares": jnp.sum(x * x + y, 1), "few": jnp.sum(x * y - 1, dtype=x.dtype),
+               "mean": jnp.mean(x * 2, 0)}
+        if kind in "fV":
+            out |= {"logsumexp": jax.nn.logsumexp(x, 1), "max": jnp.max(jnp.abs(x - y), 1)}
+        return out
+
+    wide = np.dtype(dtype).itemsize >= 4 and kind != "c" or np.dtype(dtype).itemsize >= 8
+    tolerance = 1e-6 if kind in "iu" else 1e-5 if wide else 3e-2
+    assert_matches_jax(f, x, y, rtol=tolerance, atol=tolerance * 100)
+    sdfg = hlo2dace.jit(f).lower(x, y).as_sdfg()
+    assert not [s for s in _transient_shapes(sdfg) if np.prod(s) >= x.size], \
+        _transient_shapes(sdfg)
+    if kind in "fV":
+        assert_matches_jax(lambda x, y: jnp.argmax(x * y, 1), x, y)
+        z = x.copy()
+        z[1, 5], z[2, 600], z[3, :] = np.nan, np.inf, -np.inf
+        assert_matches_jax(lambda z: (jnp.sum(z * 2, 1), jax.nn.logsumexp(z, 1),
+                                      jnp.argmax(z + 1, 1)), z, rtol=tolerance,
+                           atol=tolerance * 100)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int64, np.uint16, np.float32, np.float64,
+                                   ml_dtypes.bfloat16, np.complex64, np.bool_], ids=dtype_id)
+def test_long_innermost_reductions_fold_into_lanes(dtype):
+    """Sums, products and bitwise reductions over a last axis of 64 or more elements fold
+    into vector lanes (lengths that are and are not multiples of the lanes and blocks):
+    integers wrap exactly as XLA's, the init value applies once, NaN and infinities
+    propagate, and a sum of -0.0 started from -0.0 stays -0.0."""
+    kind = np.dtype(dtype).kind
+    rng = np.random.default_rng(4)
+    shapes = [(5, 64), (3, 1000), (2, 3, 257)]
+    if kind in "fcV":
+        xs = [(rng.standard_normal(s) + 1j * (kind == "c")).astype(dtype) for s in shapes]
+    else:
+        xs = [sample(dtype, s, seed=4) for s in shapes]
+
+    def f(*xs):
+        out = {}
+        for k, x in enumerate(xs):
+            out[f"sum{k}"] = jnp.sum(x, -1, dtype=x.dtype)
+            if kind in "iu":
+                out |= {f"prod{k}": jnp.prod(x, -1, dtype=x.dtype),
+                        f"xor{k}": lax.reduce_xor(x, (x.ndim - 1,)),
+                        f"max{k}": x.max(-1), f"and{k}": lax.reduce_and(x, (x.ndim - 1,))}
+            if kind == "b":
+                out |= {f"any{k}": x.any(-1), f"all{k}": x.all(-1)}
+        return out
+
+    # the init value applies exactly once (XLA may apply it once per partial result)
+    for x in xs[:2] if kind != "b" else ():
+        once = hlo2dace.jit(lambda x: lax.reduce(x, jnp.ones((), x.dtype), lax.add, (1,)))(x)
+        expected = jax.jit(lambda x: jnp.sum(x, 1, dtype=x.dtype) + 1)(x)
+        size = np.dtype(dtype).itemsize  # sums of 1000 values near 30: XLA's bf16 ~0.2 off
+        np.testing.assert_allclose(np.asarray(once, np.complex128),
+                                   np.asarray(expected, np.complex128), rtol=1e-6,
+                                   atol=1.0 if size == 2 else 1e-4 if size == 4 else 1e-9)
+    if kind in "iub":
+        assert_matches_jax(f, *xs)
+        return
+    tolerance = 1e-12 if np.dtype(dtype).itemsize >= 8 and kind == "f" or \
+        dtype == np.complex128 else 1e-5 if np.dtype(dtype).itemsize >= 4 else 3e-2
+    assert_matches_jax(f, *xs, rtol=tolerance, atol=tolerance * 10)
+    if kind == "f":
+        z = np.full((3, 300), -0.0, dtype)
+        z[1, 17], z[2, 200], z[2, 201] = np.nan, np.inf, -np.inf
+        negative_zero = lax.reduce(z, jnp.array(-0.0, dtype), lax.add, (1,))
+        got = np.asarray(hlo2dace.jit(
+            lambda z: lax.reduce(z, jnp.array(-0.0, z.dtype), lax.add, (1,)))(z))
+        np.testing.assert_array_equal(got, np.asarray(negative_zero))
+        assert np.signbit(got[0]) and np.isnan(got[1]) and np.isnan(got[2])

@@ -739,6 +739,31 @@ class Builder:
             expressions.append(element.load(f"{prefix}{k}"))
         return inputs, expressions
 
+    def pointer_reads(self, values: Sequence[ir.Value], indices: Sequence[str],
+                      op: ir.Op) -> tuple[dict[str, Array], list[str], list[str]]:
+        """Arrays (by connector, ``__in0, __in1, ...``) to read whole, statements, and C++
+        expressions in compute types that read each of ``values`` at ``indices``, which
+        may be loop variables of the tasklet's own code. A value that ``absorb`` lets
+        ``op`` compute is computed by the statements from what it reads, so its cluster
+        never writes it (an elementwise expression that only a reduction reads)."""
+        from .fusion import Recompute
+
+        self.absorb(values, op, ())
+        arrays: dict[str, Array] = {}
+        lines, expressions = [], []
+        for k, value in enumerate(values):
+            binding = self.binding(value)
+            if (isinstance(binding, Pending) and unresolved(binding)
+                    and binding.key in binding.cluster.absorbed):
+                recompute = Recompute(self, None, f"__in{k}_", {}, [], arrays)
+                expressions.append(recompute.value(binding, list(indices)))
+                lines.extend(recompute.lines)
+                continue
+            array = arrays[f"__in{k}"] = self.array(value)
+            flat = flat_index(array.type.shape, indices)
+            expressions.append(dtypes.of(value.type).load(f"__in{k}[{flat}]"))
+        return arrays, lines, expressions
+
     def indexed_map(self, label: str, target: Union[Array, Sequence[Array]],
                     arrays: dict[str, Array], scalars: dict[str, Union[Array, Literal]],
                     code: str, work_per_element: int = 1) -> None:

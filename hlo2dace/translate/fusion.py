@@ -20,6 +20,7 @@ from .builder import (
     Pieces,
     View,
     axes_point,
+    flat_index,
     index_expressions,
     map_params,
     schedule_for,
@@ -173,11 +174,14 @@ class Recompute:
     """C++ statements that compute a pending value at a given index inside one tasklet, op
     by op, reading what the ops read through memlets (connectors ``prefix0, prefix1...``).
     Values of the cluster being emitted are always recomputed: its map may not have
-    written the element yet."""
+    written the element yet. With ``pointers``, every array is read whole through a
+    pointer (the connector to array map it fills), so the index may be a loop variable of
+    the tasklet's own code (a reduction's loop over its reduced elements)."""
 
-    def __init__(self, b: Builder, cluster, prefix: str, in_conns: dict, in_edges: list):
+    def __init__(self, b: Builder, cluster, prefix: str, in_conns: dict, in_edges: list,
+                 pointers: dict[str, Array] | None = None):
         self.b, self.cluster, self.prefix = b, cluster, prefix
-        self.in_conns, self.in_edges = in_conns, in_edges
+        self.in_conns, self.in_edges, self.pointers = in_conns, in_edges, pointers
         self.lines: list[str] = []
         self.done: dict[tuple, str] = {}
 
@@ -194,9 +198,16 @@ class Recompute:
         binding = self.b.resolve(binding)  # a concatenation: written already
         if isinstance(binding, Literal):
             return f"({literal(binding.value, element)})"
+        subscripts = index_expressions(binding, len(point), point)
+        if self.pointers is not None:
+            source = binding.source if isinstance(binding, View) else binding
+            conn = next((c for c, a in self.pointers.items() if a.name == source.name),
+                        f"{self.prefix}{len(self.pointers)}")
+            self.pointers[conn] = source
+            return element.load(f"{conn}[{flat_index(source.type.shape, subscripts)}]")
         conn = f"{self.prefix}{len(self.in_conns)}"
         data = binding.source.name if isinstance(binding, View) else binding.name
-        subset = ", ".join(index_expressions(binding, len(point), point))
+        subset = ", ".join(subscripts)
         self.in_conns[conn] = element.storage
         self.in_edges.append((self.b.read(data), conn, dace.Memlet(f"{data}[{subset}]"), True))
         return element.load(conn)

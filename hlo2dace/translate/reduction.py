@@ -8,6 +8,12 @@ Where the result keeps dimensions after the last reduced one (rows, contiguous i
 and result), reading one output's elements would stride across the operand; the rows are
 folded a block at a time instead (``_reduce_by_rows``), in the same order per output.
 
+An elementwise operand that only the reduction reads is computed in its loop, never
+written to memory (``_operand_reads``). A long innermost loop is read a block at a time
+in a loop that vectorises, and a body that is one vectorisable op with an exact identity
+folds each block into lanes (``_accumulate``): the spec leaves a reduction's order to the
+implementation.
+
 A reduction to few elements would leave that map without parallelism. When its body is
 one associative and commutative op (add, multiply, max, min, and, or, xor) of a single
 operand, the largest reduced dimension is cut into chunks: a parallel map computes one
@@ -26,6 +32,7 @@ from .. import ir, symbolic
 from . import dtypes
 from .builder import PARALLEL_WORK, Array, Builder, Literal, cpp_size, flat_index, map_params
 from .fusion import scalar_region
+from .literals import literal
 from .registry import register
 
 #: outputs below this count make a reduction split its reduced elements into chunks
@@ -40,37 +47,130 @@ MIN_ROW = 8
 ROW_BLOCK = 1024
 
 
-def _accumulate(b: Builder, op: ir.Op, label: str, arrays: Sequence[Array],
-                indices: Sequence[str], loops: Sequence[str], guard: str,
-                starts: Sequence[Array | Literal], targets: Sequence[Array],
-                work_per_element: int) -> None:
+#: a C++ loop: its variable, first value and end (C++ expressions)
+Loop = tuple[str, str, str]
+#: elements of a reduction's innermost loop read (or computed) at a time, before folding
+BLOCK = 256
+#: accumulators a reduction with an exact identity folds a block into (a multiple of the
+#: widest vector's elements, and a divisor of BLOCK)
+LANES = 16
+#: innermost loops shorter than this fold in order: XLA does too, which matters for sums
+#: whose rounding depends on the order (cancelling huge values)
+MIN_LANES_LOOP = 64
+
+#: what a tasklet's loops read: arrays by connector, statements computing elements at the
+#: loops' indices, and each operand's element there (C++ in its compute type)
+Reads = tuple[dict[str, Array], list[str], list[str]]
+
+
+def _array_reads(arrays: Sequence[Array], indices: Sequence[str]) -> Reads:
+    """``arrays`` read at ``indices`` (nothing for empty arrays)."""
+    if not arrays[0].type.size:
+        return {}, [], []
+    return ({f"__in{k}": a for k, a in enumerate(arrays)}, [],
+            [dtypes.of(a.type).load(f"__in{k}[{flat_index(a.type.shape, indices)}]")
+             for k, a in enumerate(arrays)])
+
+
+def _operand_reads(b: Builder, op: ir.Op, values: Sequence[ir.Value],
+                   indices: Sequence[str]) -> Reads:
+    """``op``'s operands ``values`` read at ``indices``: an elementwise expression that
+    only ``op`` reads is computed in its loop rather than written to memory and read back
+    (``Builder.pointer_reads``), as XLA fuses it."""
+    if not values[0].type.size:
+        return {}, [], []
+    return b.pointer_reads(values, indices, op)
+
+
+def _for(loop: Loop) -> str:
+    variable, first, end = loop
+    return f"for (int64_t {variable} = {first}; {variable} < {end}; ++{variable})"
+
+
+def _accumulate(b: Builder, op: ir.Op, label: str, reads: Reads, loops: Sequence[Loop],
+                guard: str, starts: Sequence[Array | Literal], targets: Sequence[Array],
+                work_per_element: int, lanes: bool = False) -> None:
     """One map over the ``targets``' shape: per element, accumulators start from
-    ``starts``, the ``loops`` (C++ ``for`` headers) visit the elements of ``arrays`` at
-    ``indices`` (skipped where ``guard`` is false), the reducer body (``op``'s first
-    region) folds each into the accumulators, and the results are stored. A sum of f16 or
-    bf16 accumulates in float and rounds once, as XLA's CPU code does in effect (rounding
-    every step would lose all precision over long sums)."""
-    elements, results, scalars, body = _fold(b, op, arrays, targets, starts)
+    ``starts``, the ``loops`` visit the elements ``reads`` gives (skipped where ``guard``
+    is false), the reducer body (``op``'s first region) folds each into the accumulators,
+    and the results are stored. A sum of f16 or bf16 accumulates in float and rounds
+    once, as XLA's CPU code does in effect (rounding every step would lose all precision
+    over long sums).
+
+    Without a guard, the innermost loop runs a block at a time: the block's elements are
+    read (or computed, for a fused elementwise expression) in a loop of their own, which
+    vectorises, and then folded. A body with an exact identity (``_identity``) folds them
+    into ``LANES`` accumulators, element ``t`` of a block into lane ``t % LANES``, which
+    vectorises too (the spec leaves the order of a reduction to the implementation, and
+    XLA reorders sums as well); the lanes are folded into the init value at the end. Any
+    other body (argmax) folds them in order."""
+    arrays, computed, expressions = reads
+    elements, results, scalars, body = _fold(b, op, targets, starts)
     lines = [f"{element.compute} __acc{k} = {element.load(f'__init{k}')};"
              for k, element in enumerate(results)]
-    inputs = {f"__in{k}": a for k, a in enumerate(arrays) if a.type.size}
-    flat = flat_index(arrays[0].type.shape, indices)
     inner = ["h2d::scalar_loop();"] + ([f"if (!({guard})) continue;"] if guard else [])
-    inner += [f"const {e.compute} __x{k} = {e.load(f'__in{k}[{flat}]')};"
-              for k, e in enumerate(elements)]
-    inner += body
-    if inputs:
-        lines.append(" ".join(loops) + " {\n    " + "\n    ".join(inner) + "\n}")
+    identity = _identity(op) if lanes and _vectorises(op) else None
+    if expressions and loops and not guard and (computed or identity is not None):
+        variable, first, end = loops[-1]
+        lines += [f"{e.compute} __block{k}[{BLOCK}];" for k, e in enumerate(elements)]
+        fill = [f"const int64_t __last = std::min<int64_t>(__from + {BLOCK}, {end});",
+                f"{_for((variable, '__from', '__last'))} {{", *computed,
+                *(f"__block{k}[{variable} - __from] = {x};" for k, x in enumerate(expressions)),
+                "}", "const int64_t __count = __last - __from;"]
+        take = [f"const {e.compute} __x{k} = __block{k}[__t];" for k, e in enumerate(elements)]
+        if identity is None:
+            fold = ["for (int64_t __t = 0; __t < __count; ++__t) {", *inner, *take, *body,
+                    "}"]
+        else:
+            (result,) = results
+            zero = literal(identity, result)
+            lines.append(f"{result.compute} __lanes[{LANES}];\n"
+                         f"for (int __l = 0; __l < {LANES}; ++__l) __lanes[__l] = {zero};")
+            def lane(at: str) -> list[str]:
+                return [f"{result.compute} __acc0 = __lanes[__l];",
+                        f"const {elements[0].compute} __x0 = __block0[{at}];", *body,
+                        "__lanes[__l] = __acc0;"]
+
+            fold = ["h2d::scalar_loop();", "int64_t __t = 0;",
+                    f"for (; __t + {LANES} <= __count; __t += {LANES}) "
+                    f"for (int __l = 0; __l < {LANES}; ++__l) {{", *lane("__t + __l"), "}",
+                    "for (int __l = 0; __t < __count; ++__t, ++__l) {", *lane("__t"), "}"]
+        header = f"for (int64_t __from = {first}; __from < {end}; __from += {BLOCK})"
+        lines.append(" ".join(map(_for, loops[:-1])) + f" {header} {{\n    "
+                     + "\n    ".join(fill + fold) + "\n}")
+        if identity is not None:
+            lines.append(f"for (int __l = 0; __l < {LANES}; ++__l) {{\n"
+                         f"const {elements[0].compute} __x0 = __lanes[__l];\n"
+                         + "\n".join(body) + "\n}")
+    elif expressions:
+        inner += computed + [f"const {e.compute} __x{k} = {x};"
+                             for k, (e, x) in enumerate(zip(elements, expressions))]
+        lines.append(" ".join(map(_for, loops)) + " {\n    " + "\n    ".join(inner + body)
+                     + "\n}")
     lines += [f"__out{k} = {element.store(f'__acc{k}')};" for k, element in enumerate(results)]
-    b.indexed_map(label, list(targets), inputs, scalars, "\n".join(lines), work_per_element)
+    b.indexed_map(label, list(targets), arrays, scalars, "\n".join(lines), work_per_element)
 
 
-def _fold(b: Builder, op: ir.Op, arrays: Sequence[Array], targets: Sequence[Array],
+def _vectorises(op: ir.Op) -> bool:
+    """Whether folding into lanes vectorises: one op with an exact identity that compiles
+    to a vector instruction (not float max/min, whose NaN and signed-zero rules are
+    branches)."""
+    reducer = _reducer(op) if len(op.results) == 1 else None
+    if reducer is None or _identity(op) is None:
+        return False
+    element = dtypes.of(op.results[0].type)
+    return (reducer.name in ("stablehlo.add", "stablehlo.multiply", "stablehlo.and",
+                             "stablehlo.or", "stablehlo.xor")
+            or not (element.is_float or element.is_complex))
+
+
+def _fold(b: Builder, op: ir.Op, targets: Sequence[Array],
           starts: Sequence[Array | Literal]) -> tuple[list, list, dict, list[str]]:
-    """The element types of ``arrays`` and ``targets``, the init values as tasklet scalars
-    ``__init0, ...``, and the statements that fold the elements ``__x0, ...`` into the
-    accumulators ``__acc0, ...`` with the reducer body."""
-    elements = [dtypes.of(a.type, op.name, op.location) for a in arrays]
+    """The element types of ``op``'s reduced operands and of ``targets``, the init values
+    as tasklet scalars ``__init0, ...``, and the statements that fold the elements
+    ``__x0, ...`` into the accumulators ``__acc0, ...`` with the reducer body."""
+    elements = [dtypes.of(v.type, op.name, op.location)
+                for v in op.operands[:len(op.operands) // 2]]
     results = [dtypes.of(t.type, op.name, op.location) for t in targets]
     scalars = {f"__init{k}": start for k, start in enumerate(starts)}
     n = len(targets)
@@ -86,16 +186,22 @@ def _fold(b: Builder, op: ir.Op, arrays: Sequence[Array], targets: Sequence[Arra
     return elements, results, scalars, body
 
 
-def _emit(b: Builder, op: ir.Op, loops: Sequence[str], guard: str,
-          indices: Sequence[str], work_per_element: int) -> None:
-    """Accumulate straight into the results, from the init values."""
+def _emit(b: Builder, op: ir.Op, loops: Sequence[Loop], guard: str,
+          indices: Sequence[str], work_per_element: int, fuse: bool = False,
+          lanes: bool = False) -> None:
+    """Accumulate straight into the results, from the init values; with ``fuse``, the
+    operands' elementwise expressions are computed in the loops (``_operand_reads``)."""
     n = len(op.operands) // 2
     inputs, inits = op.operands[:n], op.operands[n:]
+    if fuse:
+        reads = _operand_reads(b, op, inputs, indices)
+    else:
+        reads = _array_reads([b.array(v) if v.type.size else Array("", v.type)
+                              for v in inputs], indices)
     starts = [b.scalar_operand(init) for init in inits]
     targets = [b.result_array(v) for v in op.results]
-    arrays = [b.array(v) if v.type.size else Array("", v.type) for v in inputs]
-    _accumulate(b, op, op.name.rsplit(".", 1)[-1], arrays, indices, loops, guard, starts,
-                targets, work_per_element)
+    _accumulate(b, op, op.name.rsplit(".", 1)[-1], reads, loops, guard, starts, targets,
+                work_per_element, lanes)
     for value, target in zip(op.results, targets):
         b.bind(value, target)
 
@@ -164,9 +270,10 @@ def reduce(b: Builder, op: ir.Op) -> None:
     kept = iter(map_params(len(shape) - len(dimensions)))
     indices = [f"__r{dimensions.index(d)}" if d in dimensions else next(kept)
                for d in range(len(shape))]
-    loops = [f"for (int64_t __r{j} = 0; __r{j} < {cpp_size(shape[d])}; ++__r{j})"
-             for j, d in enumerate(dimensions)]
-    _emit(b, op, loops, "", indices, reduced)
+    loops = [(f"__r{j}", "0", cpp_size(shape[d])) for j, d in enumerate(dimensions)]
+    innermost = shape[dimensions[-1]] if dimensions else 0
+    _emit(b, op, loops, "", indices, reduced, fuse=True,
+          lanes=isinstance(innermost, (int, np.integer)) and innermost >= MIN_LANES_LOOP)
 
 
 def _row(shape: Sequence[int], dimensions: Sequence[int]) -> int:
@@ -181,7 +288,8 @@ def _reduce_by_rows(b: Builder, op: ir.Op, dimensions: Sequence[int]) -> None:
     are its outer loops and the block its inner loop, so reads are contiguous and
     vectorise where reading one output's elements would stride across the operand. Each
     output still folds its elements in the order ``_emit`` does, so results are the
-    same."""
+    same. Where the row is one dimension, an elementwise operand only this reduction
+    reads is computed in the inner loop (``_operand_reads``)."""
     n = len(op.operands) // 2
     inputs, inits = op.operands[:n], op.operands[n:]
     shape = inputs[0].type.shape
@@ -191,27 +299,33 @@ def _reduce_by_rows(b: Builder, op: ir.Op, dimensions: Sequence[int]) -> None:
     outer = [shape[d] for d in range(last + 1) if d not in dimensions]
     space = ir.TensorType((*outer, -(-row // block)), op.results[0].type.element)
     params = map_params(space.rank)
-    arrays = [b.array(v) for v in inputs]
-    targets = [b.result_array(v) for v in op.results]
-    elements, results, scalars, body = _fold(
-        b, op, arrays, targets, [b.scalar_operand(init) for init in inits])
     kept = iter(params)
     indices = [f"__r{dimensions.index(d)}" if d in dimensions else next(kept)
                for d in range(last + 1)]
+    if last == len(shape) - 2:
+        arrays, computed, expressions = _operand_reads(b, op, inputs,
+                                                       [*indices, "__first + __t"])
+    else:
+        arrays = {f"__in{k}": b.array(v) for k, v in enumerate(inputs)}
+        offset = f"({flat_index(shape[:last + 1], indices)}) * {row} + __first + __t"
+        computed = []
+        expressions = [dtypes.of(v.type).load(f"__in{k}[{offset}]")
+                       for k, v in enumerate(inputs)]
+    targets = [b.result_array(v) for v in op.results]
+    elements, results, scalars, body = _fold(
+        b, op, targets, [b.scalar_operand(init) for init in inits])
     start = f"(int64_t){params[-1]} * {block}"
     lines = [f"const int64_t __first = {start}, __count = std::min<int64_t>({block}, "
              f"{row} - __first);"]
     lines += [f"{e.compute} __row{k}[{block}];\n"
               f"for (int64_t __t = 0; __t < __count; ++__t) "
               f"__row{k}[__t] = {e.load(f'__init{k}')};" for k, e in enumerate(results)]
-    loops = [f"for (int64_t __r{j} = 0; __r{j} < {shape[d]}; ++__r{j}) {{"
-             for j, d in enumerate(dimensions)]
-    offset = f"({flat_index(shape[:last + 1], indices)}) * {row} + __first"
-    inner = [f"const int64_t __at = {offset};",
-             "for (int64_t __t = 0; __t < __count; ++__t) {",
+    loops = [_for((f"__r{j}", "0", str(shape[d]))) + " {" for j, d in enumerate(dimensions)]
+    inner = ["for (int64_t __t = 0; __t < __count; ++__t) {",
              *(f"{e.compute} __acc{k} = __row{k}[__t];" for k, e in enumerate(results)),
-             *(f"const {e.compute} __x{k} = {e.load(f'__in{k}[__at + __t]')};"
-               for k, e in enumerate(elements)),
+             *computed,
+             *(f"const {e.compute} __x{k} = {x};"
+               for k, (e, x) in enumerate(zip(elements, expressions))),
              *body,
              *(f"__row{k}[__t] = __acc{k};" for k in range(n)),
              "}"]
@@ -221,9 +335,8 @@ def _reduce_by_rows(b: Builder, op: ir.Op, dimensions: Sequence[int]) -> None:
               f"__dst{k}[{out} + __t] = {e.store(f'__row{k}[__t]')};"
               for k, e in enumerate(results)]
     reduced = int(np.prod([shape[d] for d in dimensions], dtype=np.int64))
-    b.indexed_map_into("reduce_rows", space, targets,
-                       {f"__in{k}": a for k, a in enumerate(arrays)}, scalars,
-                       "\n".join(lines), reduced * block)
+    b.indexed_map_into("reduce_rows", space, targets, arrays, scalars, "\n".join(lines),
+                       reduced * block)
     for value, target in zip(op.results, targets):
         b.bind(value, target)
 
@@ -252,16 +365,16 @@ def _reduce_in_chunks(b: Builder, op: ir.Op, dimensions: Sequence[int], identity
         if d == split:
             low = f"(int64_t){chunk} * {shape[d]} / {chunks}"
             high = f"((int64_t){chunk} + 1) * {shape[d]} / {chunks}"
-            loops.append(f"for (int64_t __r{j} = {low}; __r{j} < {high}; ++__r{j})")
+            loops.append((f"__r{j}", low, high))
         else:
-            loops.append(f"for (int64_t __r{j} = 0; __r{j} < {shape[d]}; ++__r{j})")
+            loops.append((f"__r{j}", "0", str(shape[d])))
     start = Literal(identity, ir.TensorType((), out_type.element))
-    _accumulate(b, op, "reduce_chunks", [b.array(operand)], indices, loops, "",
-                [start], [partials], reduced // chunks)
+    _accumulate(b, op, "reduce_chunks", _operand_reads(b, op, [operand], indices), loops,
+                "", [start], [partials], reduced // chunks, lanes=True)
     target = b.result_array(op.result)
     parts = [*map_params(kept_rank), "__c"]
-    _accumulate(b, op, "reduce_partials", [partials], parts,
-                [f"for (int64_t __c = 0; __c < {chunks}; ++__c)"], "",
+    _accumulate(b, op, "reduce_partials", _array_reads([partials], parts),
+                [("__c", "0", str(chunks))], "",
                 [b.scalar_operand(init)], [target], chunks)
     b.bind(op.result, target)
 
@@ -285,7 +398,7 @@ def reduce_window(b: Builder, op: ir.Op) -> None:
     low = tuple(int(p) for p in padding.array[:, 0]) if padding is not None else (0,) * rank
     loops, guards, indices = [], [], []
     for d in range(rank):
-        loops.append(f"for (int64_t __w{d} = 0; __w{d} < {window[d]}; ++__w{d})")
+        loops.append((f"__w{d}", "0", str(window[d])))
         position = f"((int64_t)__i{d} * {strides[d]} + __w{d} * {dilations[d]} - {low[d]})"
         guards.append(f"{position} >= 0 && {position} % {base[d]} == 0 && "
                       f"{position} / {base[d]} < {shape[d]}")
