@@ -137,11 +137,12 @@ NOTES = {
         "A reduction over any axis but the last folds the rows after it a block of 1024 "
         "outputs at a time: the reduced axes are outer loops and the row a contiguous inner "
         "loop, the blocks split among threads. Over the last axis, sums fold each block of "
-        "256 elements into 16 vector lanes; a reduction to few outputs cuts its longest "
+        "256 elements into 16 vector lanes (max and min too: they are selects, with the "
+        "spec's NaN and signed-zero rules); a reduction to few outputs cuts its longest "
         "reduced dimension into chunks reduced in parallel. An elementwise operand only the "
-        "reduction reads (logsumexp's exp) is computed inside its loop, never stored. "
-        "max/min keep NaN-propagating branches, which do not vectorise; argmax reads its "
-        "operand through a call, so an expression there is written first."),
+        "reduction reads (logsumexp's exp) is computed inside its loop, never stored; "
+        "argmax folds in order and reads its operand through a call, so an expression there "
+        "is written first."),
     "Loops": (
         "A counted loop is a C++ for-loop over a DaCe symbol and a data-dependent loop a "
         "`while (true)` with a break, both with no per-iteration cost beyond their bodies' "

@@ -370,3 +370,13 @@ def test_long_innermost_reductions_fold_into_lanes(dtype):
             lambda z: lax.reduce(z, jnp.array(-0.0, z.dtype), lax.add, (1,)))(z))
         np.testing.assert_array_equal(got, np.asarray(negative_zero))
         assert np.signbit(got[0]) and np.isnan(got[1]) and np.isnan(got[2])
+        # max and min in lanes: NaN wins wherever it is, +0.0 beats -0.0 (and the reverse)
+        w = np.tile(np.linspace(-3, 3, 300).astype(dtype), (5, 1))
+        w[0, 299], w[1, :], w[2, 7], w[3, :] = np.nan, -0.0, np.nan, 0.0
+        w[1, 150], w[3, 100] = 0.0, -0.0
+        largest, smallest = (np.asarray(r) for r in hlo2dace.jit(
+            lambda w: (w.max(1), w.min(1)))(w))
+        assert np.isnan(largest[[0, 2]]).all() and np.isnan(smallest[[0, 2]]).all()
+        assert (largest[[1, 3]] == 0).all() and not np.signbit(largest[[1, 3]]).any()
+        assert (smallest[[1, 3]] == 0).all() and np.signbit(smallest[[1, 3]]).all()
+        assert (largest[4], smallest[4]) == (3, -3)

@@ -10,7 +10,7 @@ folded a block at a time instead (``_reduce_by_rows``), in the same order per ou
 
 An elementwise operand that only the reduction reads is computed in its loop, never
 written to memory (``_operand_reads``). A long innermost loop is read a block at a time
-in a loop that vectorises, and a body that is one vectorisable op with an exact identity
+in a loop that vectorises, and a body that is one op with an exact identity (add, max...)
 folds each block into lanes (``_accumulate``): the spec leaves a reduction's order to the
 implementation.
 
@@ -109,7 +109,7 @@ def _accumulate(b: Builder, op: ir.Op, label: str, reads: Reads, loops: Sequence
     lines = [f"{element.compute} __acc{k} = {element.load(f'__init{k}')};"
              for k, element in enumerate(results)]
     inner = ["h2d::scalar_loop();"] + ([f"if (!({guard})) continue;"] if guard else [])
-    identity = _identity(op) if lanes and _vectorises(op) else None
+    identity = _identity(op) if lanes and len(targets) == 1 else None
     if expressions and loops and not guard and (computed or identity is not None):
         variable, first, end = loops[-1]
         lines += [f"{e.compute} __block{k}[{BLOCK}];" for k, e in enumerate(elements)]
@@ -149,19 +149,6 @@ def _accumulate(b: Builder, op: ir.Op, label: str, reads: Reads, loops: Sequence
                      + "\n}")
     lines += [f"__out{k} = {element.store(f'__acc{k}')};" for k, element in enumerate(results)]
     b.indexed_map(label, list(targets), arrays, scalars, "\n".join(lines), work_per_element)
-
-
-def _vectorises(op: ir.Op) -> bool:
-    """Whether folding into lanes vectorises: one op with an exact identity that compiles
-    to a vector instruction (not float max/min, whose NaN and signed-zero rules are
-    branches)."""
-    reducer = _reducer(op) if len(op.results) == 1 else None
-    if reducer is None or _identity(op) is None:
-        return False
-    element = dtypes.of(op.results[0].type)
-    return (reducer.name in ("stablehlo.add", "stablehlo.multiply", "stablehlo.and",
-                             "stablehlo.or", "stablehlo.xor")
-            or not (element.is_float or element.is_complex))
 
 
 def _fold(b: Builder, op: ir.Op, targets: Sequence[Array],
