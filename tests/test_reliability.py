@@ -541,7 +541,9 @@ def _available_memory() -> int:
 def test_arrays_of_more_than_two_to_the_31_elements():
     """Index arithmetic is 64-bit: a reduction, an elementwise map and a slice of a uint8
     array of 2^31 + 7 elements see its last elements (32-bit indices would wrap and miss
-    them, or crash). About 4.5 GB of memory; skipped where less is available."""
+    them, or crash). About 4.5 GB of memory; skipped where less is available. A sum into
+    uint64 and an argmax compute their converted operand and index inside the reduction:
+    written out first, they would take 17 GB each."""
     n = 2 ** 31 + 7
     if _available_memory() < 3 * n:
         pytest.skip(f"needs {3 * n / 2**30:.1f} GiB of available memory")
@@ -555,3 +557,6 @@ def test_arrays_of_more_than_two_to_the_31_elements():
     doubled = np.asarray(doubled)
     assert doubled.shape == (n,) and np.count_nonzero(doubled) == 3
     assert (doubled[5], doubled[2 ** 31 + 1], doubled[-1]) == (2, 6, 10)
+    del doubled
+    wide, index = hlo2dace.jit(lambda x: (jnp.sum(x, dtype=jnp.uint64), jnp.argmax(x)))(x)
+    assert (int(wide), int(index)) == (9, n - 1)
