@@ -440,6 +440,7 @@ class _Results:
         self.sharding = SingleDeviceSharding(self.device)
         self.leaves = [(aval.dtype, None) if _is_key(aval.dtype) else (None, aval)
                        for aval in avals]
+        self.concrete: dict[tuple[int, tuple], Any] = {}  # (leaf, shape) -> its aval
         # looked up once: the imports and attribute lookups are on every call's path
         self._put = xla_client.batched_device_put
         self._unflatten = jax.tree_util.tree_unflatten
@@ -447,16 +448,23 @@ class _Results:
             jax.device_put(array), impl=key_type._impl)
 
     def wrap(self, arrays: Sequence[np.ndarray]):
-        if self.polymorphic:  # the avals' symbolic sizes made concrete
+        if self.polymorphic:  # the avals' symbolic sizes made concrete, once per shape
             return self._unflatten(self.tree, [
-                self._put(aval.update(shape=array.shape), self.sharding, [array],
+                self._put(self._concrete(k, aval, array.shape), self.sharding, [array],
                           [self.device], False, False) if key_type is None
                 else self._wrap_key(array, key_type)
-                for array, (key_type, aval) in zip(arrays, self.leaves)])
+                for k, (array, (key_type, aval)) in enumerate(zip(arrays, self.leaves))])
         results = [self._put(aval, self.sharding, [array], [self.device], False, False)
                    if key_type is None else self._wrap_key(array, key_type)
                    for array, (key_type, aval) in zip(arrays, self.leaves)]
         return self._unflatten(self.tree, results)
+
+
+    def _concrete(self, k: int, aval, shape: tuple):
+        concrete = self.concrete.get((k, shape))
+        if concrete is None:
+            concrete = self.concrete[(k, shape)] = aval.update(shape=shape)
+        return concrete
 
 
 def _abstract(leaf: Any):
