@@ -380,3 +380,61 @@ def test_long_innermost_reductions_fold_into_lanes(dtype):
         assert (largest[[1, 3]] == 0).all() and not np.signbit(largest[[1, 3]]).any()
         assert (smallest[[1, 3]] == 0).all() and np.signbit(smallest[[1, 3]]).all()
         assert (largest[4], smallest[4]) == (3, -3)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.uint8], ids=dtype_id)
+@pytest.mark.parametrize("offset", [0, 1, 3, 5])
+def test_rows_blocks_and_lanes_at_every_alignment(offset, dtype):
+    """The loops of rows, blocks and lanes leave out h2d::scalar_loop so that they
+    vectorise (a loop around them calls it): arrays at several offsets of a cache line
+    give XLA's results (rows with a partial last block, a fused expression, lanes with a
+    remainder)."""
+    def f(x):
+        return (jnp.sum(x, 0, dtype=x.dtype), jnp.max(x * 2, 1), jnp.sum(x, 1, dtype=x.dtype),
+                jnp.min(x, (0, 1)))
+
+    size = 7 * 203
+    buffer = np.zeros(size + 64, dtype)
+    start = (-buffer.ctypes.data // buffer.itemsize) % 16 + offset
+    x = buffer[start:start + size].reshape(7, 203)
+    x[...] = sample(dtype, (7, 203), seed=offset) if np.dtype(dtype).kind in "iu" else \
+        np.random.default_rng(offset).standard_normal((7, 203))
+    compiled = hlo2dace.jit(f).lower(x).compile()
+    tolerance = {np.float32: 1e-4, np.float64: 1e-12}.get(dtype, 0)  # sums of 203 values
+    for got, expected in zip(compiled(x), jax.jit(f)(x)):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(expected), rtol=tolerance,
+                                   atol=tolerance)
+
+
+def test_fused_reductions_inside_loops_and_unsorted_dimensions():
+    """A reduction of an expression of a loop's carry, inside fori_loop and scan (the
+    carry is updated in place each step), and reductions whose dimensions are not sorted
+    (folded in the order the attribute lists them), match."""
+    x = np.random.default_rng(8).standard_normal((5, 300))
+
+    def loop(x):
+        def body(i, c):
+            return c - 0.01 * jax.nn.logsumexp(c * c, 1, keepdims=True) + jnp.sum(c, 0) * 1e-3
+        return lax.fori_loop(0, 4, body, x)
+
+    def scan(x):
+        return lax.scan(lambda c, row: (c + jnp.sum(jnp.exp(row - c), 0), jnp.max(row * c)),
+                        jnp.zeros(()), x)
+
+    assert_matches_jax(loop, x, rtol=1e-12, atol=1e-12)
+    assert_matches_jax(scan, x, rtol=1e-12, atol=1e-12)
+    text = """
+    func.func @main(%x: tensor<4x3x100xf64>) -> (tensor<100xf64>, tensor<4xf64>) {
+      %0 = stablehlo.constant dense<0.0> : tensor<f64>
+      %e = stablehlo.exponential %x : tensor<4x3x100xf64>
+      %1 = stablehlo.reduce(%e init: %0) applies stablehlo.add across dimensions = [1, 0]
+          : (tensor<4x3x100xf64>, tensor<f64>) -> tensor<100xf64>
+      %2 = stablehlo.reduce(%e init: %0) applies stablehlo.add across dimensions = [2, 1]
+          : (tensor<4x3x100xf64>, tensor<f64>) -> tensor<4xf64>
+      return %1, %2 : tensor<100xf64>, tensor<4xf64>
+    }
+    """
+    y = np.random.default_rng(9).standard_normal((4, 3, 100))
+    over_01, over_12 = hlo2dace.compile_text(text)(y)
+    np.testing.assert_allclose(np.asarray(over_01), np.exp(y).sum((0, 1)), rtol=1e-13)
+    np.testing.assert_allclose(np.asarray(over_12), np.exp(y).sum((1, 2)), rtol=1e-13)

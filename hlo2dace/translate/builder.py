@@ -741,11 +741,12 @@ class Builder:
 
     def pointer_reads(self, values: Sequence[ir.Value], indices: Sequence[str],
                       op: ir.Op) -> tuple[dict[str, Array], list[str], list[str]]:
-        """Arrays (by connector, ``__in0, __in1, ...``) to read whole, statements, and C++
-        expressions in compute types that read each of ``values`` at ``indices``, which
-        may be loop variables of the tasklet's own code. A value that ``absorb`` lets
-        ``op`` compute is computed by the statements from what it reads, so its cluster
-        never writes it (an elementwise expression that only a reduction reads)."""
+        """Arrays to read whole (by connector: ``__in<k>`` for operand ``k``, ``__in<k>_<j>``
+        for what its computation reads), statements, and C++ expressions in compute types
+        that read each of ``values`` at ``indices``, which may be loop variables of the
+        tasklet's own code. A value that ``absorb`` lets ``op`` compute is computed by the
+        statements from what it reads, so its cluster never writes it (an elementwise
+        expression that only a reduction reads)."""
         from .fusion import Recompute
 
         self.absorb(values, op, ())

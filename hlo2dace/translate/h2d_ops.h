@@ -90,7 +90,10 @@ inline void init_worker_fp_mode() {
 // Called in the loops that tasklets run inside a map (reductions, windows, naive products):
 // GCC 12 -O3 -march=native vectorises the map's loop across such guarded loop nests into
 // wrong code (indices of the wrong stride, depending on the arrays' alignment); an asm
-// statement makes the loop nest unvectorisable, at no cost of its own.
+// statement makes the loop nest unvectorisable, at no cost of its own. An unguarded
+// inner loop over independent elements may leave it out (a reduction's rows, blocks and
+// lanes, which should vectorise) when a loop around it calls it, so that the map's loop
+// still cannot be vectorised across the nest.
 inline void scalar_loop() { asm volatile(""); }
 
 template <typename T> struct is_complex_t : std::false_type {};

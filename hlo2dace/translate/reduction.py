@@ -9,9 +9,9 @@ and result), reading one output's elements would stride across the operand; the 
 folded a block at a time instead (``_reduce_by_rows``), in the same order per output.
 
 An elementwise operand that only the reduction reads is computed in its loop, never
-written to memory (``_operand_reads``). A long innermost loop is read a block at a time
-in a loop that vectorises, and a body that is one op with an exact identity (add, max...)
-folds each block into lanes (``_accumulate``): the spec leaves a reduction's order to the
+written to memory (``_operand_reads``), a block of the innermost loop at a time in a loop
+that vectorises; a body that is one op with an exact identity (add, max...) folds long
+innermost loops into lanes (``_accumulate``): the spec leaves a reduction's order to the
 implementation.
 
 A reduction to few elements would leave that map without parallelism. When its body is
@@ -45,17 +45,24 @@ MAX_CHUNKS = 256
 MIN_ROW = 8
 #: the block of a row one map iteration folds, in accumulators on its stack
 ROW_BLOCK = 1024
+#: blocks shrink (to no fewer than MIN_ROW_BLOCK elements: smaller ones read half cache
+#: lines, 1.7x slower for 2000x4096 here) until a row reduction's map has this many
+#: iterations, so that one with no kept dimension before the reduced ones still spreads
+#: over the threads
+ROW_ITERATIONS = 64
+MIN_ROW_BLOCK = 64
 
 
 #: a C++ loop: its variable, first value and end (C++ expressions)
 Loop = tuple[str, str, str]
 #: elements of a reduction's innermost loop read (or computed) at a time, before folding
 BLOCK = 256
-#: accumulators a reduction with an exact identity folds a block into (a multiple of the
-#: widest vector's elements, and a divisor of BLOCK)
+#: accumulators a reduction with an exact identity folds a block into (two AVX-512 vectors
+#: of float, four of double; a divisor of BLOCK)
 LANES = 16
 #: innermost loops shorter than this fold in order: XLA does too, which matters for sums
-#: whose rounding depends on the order (cancelling huge values)
+#: whose rounding depends on the order (cancelling huge values). The chunked path
+#: reorders anyway, and always uses lanes.
 MIN_LANES_LOOP = 64
 
 #: what a tasklet's loops read: arrays by connector, statements computing elements at the
@@ -63,13 +70,16 @@ MIN_LANES_LOOP = 64
 Reads = tuple[dict[str, Array], list[str], list[str]]
 
 
-def _array_reads(arrays: Sequence[Array], indices: Sequence[str]) -> Reads:
-    """``arrays`` read at ``indices`` (nothing for empty arrays)."""
+def _array_reads(arrays: Sequence[Array], indices: Sequence[str],
+                 shape: Sequence[int] | None = None) -> Reads:
+    """``arrays`` read at ``indices`` of ``shape`` (their own unless given: one of the
+    same size, such as their trailing dimensions taken as one); nothing for empty
+    arrays."""
     if not arrays[0].type.size:
         return {}, [], []
+    flat = flat_index(arrays[0].type.shape if shape is None else shape, indices)
     return ({f"__in{k}": a for k, a in enumerate(arrays)}, [],
-            [dtypes.of(a.type).load(f"__in{k}[{flat_index(a.type.shape, indices)}]")
-             for k, a in enumerate(arrays)])
+            [dtypes.of(a.type).load(f"__in{k}[{flat}]") for k, a in enumerate(arrays)])
 
 
 def _operand_reads(b: Builder, op: ir.Op, values: Sequence[ir.Value],
@@ -89,23 +99,25 @@ def _for(loop: Loop) -> str:
 
 def _accumulate(b: Builder, op: ir.Op, label: str, reads: Reads, loops: Sequence[Loop],
                 guard: str, starts: Sequence[Array | Literal], targets: Sequence[Array],
-                work_per_element: int, lanes: bool = False) -> None:
+                work_per_element: int, lanes: bool = False,
+                read_types: Sequence[ir.TensorType] | None = None) -> None:
     """One map over the ``targets``' shape: per element, accumulators start from
     ``starts``, the ``loops`` visit the elements ``reads`` gives (skipped where ``guard``
     is false), the reducer body (``op``'s first region) folds each into the accumulators,
     and the results are stored. A sum of f16 or bf16 accumulates in float and rounds
     once, as XLA's CPU code does in effect (rounding every step would lose all precision
-    over long sums).
+    over long sums). ``read_types``: the types of what ``reads`` reads, if not ``op``'s
+    reduced operands (a fold of partial results).
 
-    Without a guard, the innermost loop runs a block at a time: the block's elements are
-    read (or computed, for a fused elementwise expression) in a loop of their own, which
-    vectorises, and then folded. A body with an exact identity (``_identity``) folds them
-    into ``LANES`` accumulators, element ``t`` of a block into lane ``t % LANES``, which
-    vectorises too (the spec leaves the order of a reduction to the implementation, and
-    XLA reorders sums as well); the lanes are folded into the init value at the end. Any
-    other body (argmax) folds them in order."""
+    Without a guard, and with ``lanes`` for a body with an exact identity (``_identity``)
+    or elements to compute (a fused elementwise expression), the innermost loop runs a
+    block at a time: the block's elements are read or computed in a loop of their own,
+    which vectorises, and then folded. With lanes, into ``LANES`` accumulators, element
+    ``t`` of a block into lane ``t % LANES``, which vectorises too (the spec leaves the
+    order of a reduction to the implementation, and XLA reorders sums as well); the lanes
+    are folded into the init value at the end. Other bodies (argmax) fold in order."""
     arrays, computed, expressions = reads
-    elements, results, scalars, body = _fold(b, op, targets, starts)
+    elements, results, scalars, body = _fold(b, op, targets, starts, read_types)
     lines = [f"{element.compute} __acc{k} = {element.load(f'__init{k}')};"
              for k, element in enumerate(results)]
     inner = ["h2d::scalar_loop();"] + ([f"if (!({guard})) continue;"] if guard else [])
@@ -140,7 +152,7 @@ def _accumulate(b: Builder, op: ir.Op, label: str, reads: Reads, loops: Sequence
                      + "\n    ".join(fill + fold) + "\n}")
         if identity is not None:
             lines.append(f"for (int __l = 0; __l < {LANES}; ++__l) {{\n"
-                         f"const {elements[0].compute} __x0 = __lanes[__l];\n"
+                         f"const {results[0].compute} __x0 = __lanes[__l];\n"
                          + "\n".join(body) + "\n}")
     elif expressions:
         inner += computed + [f"const {e.compute} __x{k} = {x};"
@@ -151,13 +163,15 @@ def _accumulate(b: Builder, op: ir.Op, label: str, reads: Reads, loops: Sequence
     b.indexed_map(label, list(targets), arrays, scalars, "\n".join(lines), work_per_element)
 
 
-def _fold(b: Builder, op: ir.Op, targets: Sequence[Array],
-          starts: Sequence[Array | Literal]) -> tuple[list, list, dict, list[str]]:
-    """The element types of ``op``'s reduced operands and of ``targets``, the init values
-    as tasklet scalars ``__init0, ...``, and the statements that fold the elements
-    ``__x0, ...`` into the accumulators ``__acc0, ...`` with the reducer body."""
-    elements = [dtypes.of(v.type, op.name, op.location)
-                for v in op.operands[:len(op.operands) // 2]]
+def _fold(b: Builder, op: ir.Op, targets: Sequence[Array], starts: Sequence[Array | Literal],
+          read_types: Sequence[ir.TensorType] | None = None
+          ) -> tuple[list, list, dict, list[str]]:
+    """The element types of what is folded (``op``'s reduced operands unless
+    ``read_types``) and of ``targets``, the init values as tasklet scalars ``__init0,
+    ...``, and the statements that fold the elements ``__x0, ...`` into the accumulators
+    ``__acc0, ...`` with the reducer body."""
+    elements = [dtypes.of(t, op.name, op.location) for t in
+                read_types or [v.type for v in op.operands[:len(op.operands) // 2]]]
     results = [dtypes.of(t.type, op.name, op.location) for t in targets]
     scalars = {f"__init{k}": start for k, start in enumerate(starts)}
     n = len(targets)
@@ -274,16 +288,20 @@ def _reduce_by_rows(b: Builder, op: ir.Op, dimensions: Sequence[int]) -> None:
     iteration per block keeps its accumulators in a local array, the reduced dimensions
     are its outer loops and the block its inner loop, so reads are contiguous and
     vectorise where reading one output's elements would stride across the operand. Each
-    output still folds its elements in the order ``_emit`` does, so results are the
-    same. Where the row is one dimension, an elementwise operand only this reduction
-    reads is computed in the inner loop (``_operand_reads``)."""
+    output folds its elements in order (as ``_emit`` does for short loops), so results
+    are those of the per-output loops. Where the row is one dimension, an elementwise
+    operand only this reduction reads is computed in the inner loop
+    (``_operand_reads``)."""
     n = len(op.operands) // 2
     inputs, inits = op.operands[:n], op.operands[n:]
     shape = inputs[0].type.shape
     last = max(dimensions)
     row = _row(shape, dimensions)
-    block = min(row, ROW_BLOCK)
     outer = [shape[d] for d in range(last + 1) if d not in dimensions]
+    block = min(row, ROW_BLOCK)
+    while (block > MIN_ROW_BLOCK and int(np.prod(outer, dtype=np.int64)) * -(-row // block)
+           < ROW_ITERATIONS):
+        block = max(MIN_ROW_BLOCK, block // 2)
     space = ir.TensorType((*outer, -(-row // block)), op.results[0].type.element)
     params = map_params(space.rank)
     kept = iter(params)
@@ -292,12 +310,10 @@ def _reduce_by_rows(b: Builder, op: ir.Op, dimensions: Sequence[int]) -> None:
     if last == len(shape) - 2:
         arrays, computed, expressions = _operand_reads(b, op, inputs,
                                                        [*indices, "__first + __t"])
-    else:
-        arrays = {f"__in{k}": b.array(v) for k, v in enumerate(inputs)}
-        offset = f"({flat_index(shape[:last + 1], indices)}) * {row} + __first + __t"
-        computed = []
-        expressions = [dtypes.of(v.type).load(f"__in{k}[{offset}]")
-                       for k, v in enumerate(inputs)]
+    else:  # the row's dimensions taken as one
+        arrays, computed, expressions = _array_reads(
+            [b.array(v) for v in inputs], [*indices, "__first + __t"],
+            [*shape[:last + 1], row])
     targets = [b.result_array(v) for v in op.results]
     elements, results, scalars, body = _fold(
         b, op, targets, [b.scalar_operand(init) for init in inits])
@@ -362,7 +378,7 @@ def _reduce_in_chunks(b: Builder, op: ir.Op, dimensions: Sequence[int], identity
     parts = [*map_params(kept_rank), "__c"]
     _accumulate(b, op, "reduce_partials", _array_reads([partials], parts),
                 [("__c", "0", str(chunks))], "",
-                [b.scalar_operand(init)], [target], chunks)
+                [b.scalar_operand(init)], [target], chunks, read_types=[partial_type])
     b.bind(op.result, target)
 
 
