@@ -20,19 +20,37 @@ the tests that hold complex functions and products to XLA's exact bits.
 
 The level comes from the ``optimize`` argument, else ``$HLO2DACE_OPTIMIZE``, else
 ``default``; it is part of the cache key.
+
+Every level compiles for the CPU it runs on (``-march=native``): vector width decides the
+speed of elementwise loops, and the cache key holds the CPU, so a binary is never loaded on
+another one. ``$HLO2DACE_MARCH`` names another ``-march`` target (``x86-64-v3``: AVX2
+only), to reproduce on one machine what another instruction set computes. Results differ
+between targets only within the ULP bounds of the vector math functions (libmvec's variants
+per instruction set, ``tests/test_vector_isa.py``); special values never.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 
 #: DaCe's default CPU flags minus the ones that change IEEE results (-fno-signed-zeros,
 #: -freciprocal-math); without -fno-trapping-math, which let GCC 12 if-convert the guarded
 #: loads of window loops into wrong vector code (see h2d::scalar_loop and
 #: tests/test_reduction.py::test_guarded_window_loops_...)
-BASE_FLAGS = ("-Wall -Wextra -march=native -fno-math-errno -Wno-unused-parameter "
-              "-Wno-unused-label -Wno-unused-variable -Wno-unused-but-set-variable")
+BASE_FLAGS = ("-Wall -Wextra -fno-math-errno -Wno-unused-parameter "
+              "-Wno-unused-label -Wno-unused-variable -Wno-unused-but-set-variable "
+              "-ffp-contract=off")
+
+
+def target_isa() -> str:
+    """The ``-march`` target: ``$HLO2DACE_MARCH``, else the building machine's CPU."""
+    name = os.environ.get("HLO2DACE_MARCH") or "native"
+    if not re.fullmatch(r"[\w.+-]+", name):
+        raise ValueError(f"HLO2DACE_MARCH={name!r} is not a -march target name "
+                         f"(native, x86-64-v2, x86-64-v3, x86-64-v4, znver4, ...)")
+    return name
 
 
 @dataclass(frozen=True)
@@ -44,7 +62,11 @@ class Level:
     recomputed_ops: int
     #: whether broadcasts of pending values are recomputed too (else written once)
     recompute_broadcasts: bool
-    cpu_flags: str = BASE_FLAGS + " -ffp-contract=off"
+
+    @property
+    def cpu_flags(self) -> str:
+        """The C++ flags: the same at every level (``BASE_FLAGS``), for ``target_isa()``."""
+        return f"{BASE_FLAGS} -march={target_isa()}"
 
 
 LEVELS = {

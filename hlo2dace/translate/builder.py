@@ -402,7 +402,7 @@ class Builder:
         self.target = target
         self.sdfg = dace.SDFG(_identifier(name))
         self.sdfg.append_global_code(HELPERS_CPP)
-        self.sdfg.append_init_code("h2d::init_worker_fp_mode();")
+        self.sdfg.append_init_code("h2d::init_program();")
         prologue = self.sdfg.add_state("prologue", is_start_block=True)
         self._fp_mode_tasklet(prologue, "h2d::enter_fp_mode();")
         #: the control-flow region being filled (the SDFG, a loop body, a branch)

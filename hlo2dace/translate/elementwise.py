@@ -64,7 +64,7 @@ def _remainder(op, args, ins, out: ElementType):
 def _cbrt(op, args, ins, out: ElementType):
     if out.is_complex:  # the spec's principal cube root (XLA rejects it; JAX never emits it)
         return f"std::exp(std::log({args[0]}) / {out.compute}(3))"
-    return f"h2d::vm::cbrt({args[0]})"
+    return f"h2d::cbrt_({args[0]})"
 
 
 def _bitwise(symbol: str, logical: str):

@@ -87,6 +87,22 @@ inline void init_worker_fp_mode() {
 #endif
 }
 
+// What glibc's scalar cbrtf, which XLA's CPU code calls, returns for a denormal input
+// under DAZ: one value for all of them (-5.5951735e-16 with glibc 2.36, whatever the
+// input's sign: it takes the exponent from the bits, then computes with the input read
+// as zero). libmvec's variants disagree (AVX2's gives libm's value, AVX-512's gives +-0),
+// so h2d::cbrt_ selects this value, asked of libm once when the program loads.
+inline float cbrtf_of_denormal = 0.0f;
+
+// Run once when a program's library is initialised.
+inline void init_program() {
+    init_worker_fp_mode();
+    enter_fp_mode();
+    volatile float denormal = 1e-40f;
+    cbrtf_of_denormal = ::cbrtf(denormal);
+    leave_fp_mode();
+}
+
 // Called in the loops that tasklets run inside a map (reductions, windows, naive products):
 // GCC 12 -O3 -march=native vectorises the map's loop across such guarded loop nests into
 // wrong code (indices of the wrong stride, depending on the arrays' alignment); an asm
@@ -958,6 +974,13 @@ template <typename T> inline T log_(T a) {
 template <typename T> inline T log1p_(T a) {
     if constexpr (is_complex<T>) return cx::log1p(a); else return log1p_r(a);
 }
+template <typename T> inline T cbrt_(T a) {
+    // f32: libm's answer for denormals (see cbrtf_of_denormal); f64: libm reads them as
+    // zero under DAZ, as XLA does. Either way independent of the libmvec variant.
+    if constexpr (std::is_same_v<T, float>) {
+        return blend(is_denormal(a), cbrtf_of_denormal, vm::cbrt(a));
+    } else return vm::cbrt(flush(a));
+}
 template <typename T> inline T atan2_(T a, T b) {
     // libm's scalar atan2: libmvec's reads denormals as zero under DAZ, where XLA does not
     if constexpr (is_complex<T>) return cx::atan2(a, b); else return std::atan2(a, b);
@@ -970,6 +993,14 @@ template <typename T> inline bool is_finite(T a) { return std::isfinite(a); }
 // select: by bits for floats, so that loops computing both sides with calls vectorise
 template <typename T> inline T select(bool c, T a, T b) {
     if constexpr (std::is_floating_point_v<T>) return blend(c, a, b); else return c ? a : b;
+}
+
+// A sum of products starting from +0.0, as XLA's are, is never -0.0; OpenBLAS's AVX-512
+// complex kernels return -0.0 for a sum of -0.0 products (their AVX2 ones do not). Adding
+// +0.0 turns -0.0 into +0.0 and changes nothing else.
+template <typename R> inline void no_negative_zero_sums(std::complex<R>* sums, int64_t count) {
+    R* parts = reinterpret_cast<R*>(sums);
+    for (int64_t i = 0; i < 2 * count; ++i) parts[i] += R(0);
 }
 
 // ------------------------------------------------------------------ comparison

@@ -488,6 +488,8 @@ def _blas_product(b: Builder, op: ir.Op, product: _Product,
         trans_b, ldb = _matrix(k, x_k, n, x_free)
         lines.append(f"cblas_{prefix}gemm(CblasRowMajor, {_trans(trans_a)}, {_trans(trans_b)}, "
                      f"{m}, {n}, {k}, {alpha}, {pa}, {lda}, {px}, {ldb}, {beta}, {pc}, {n});")
+    if accumulate.is_complex and k > 1:
+        lines.append(f"h2d::no_negative_zero_sums({pc}, {m * n});")
     lines.append("}" * len(indices))
     b.pointer_map("blas", (), {"__a": a.array, "__b": x.array}, {"__c": out},
                   "\n".join(lines), environments=[OpenBLAS.full_class_path()])
