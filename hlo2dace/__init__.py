@@ -8,9 +8,10 @@ runs XLA and DaCe side by side.
 from .api import Compiled, JitFunction, Lowered, compile_text, jit, lower_text
 from .compare import CompareReport, compare
 from .errors import ArgumentError, CompilationError, Hlo2DaceError, ParseError, UnsupportedError
+from .folders import CacheWarning
 
 __all__ = [
-    "ArgumentError", "Compiled", "CompareReport", "CompilationError", "Hlo2DaceError",
+    "ArgumentError", "CacheWarning", "Compiled", "CompareReport", "CompilationError", "Hlo2DaceError",
     "JitFunction", "Lowered", "ParseError", "UnsupportedError", "compare", "compile_text",
     "jit", "lower_text",
 ]

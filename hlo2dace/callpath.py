@@ -1,9 +1,9 @@
 """The C call path (``h2d_call.c``), built once per machine and Python with the C compiler
-DaCe uses, into ``$XDG_CACHE_HOME/hlo2dace-native`` (beside the program cache, which tests
-and benchmarks point elsewhere), then imported. Calling a program through it costs about a
-microsecond plus 50 ns per array, where ctypes needs each array's address from Python
-first (about half a microsecond each). Without a C compiler or Python's headers it is
-None, and ``runtime.Program`` calls through ctypes."""
+DaCe uses, into ``folders.native_dir()`` (``$XDG_CACHE_HOME/hlo2dace-native``, beside the
+program cache, which tests and benchmarks point elsewhere), then imported. Calling a
+program through it costs about a microsecond plus 50 ns per array, where ctypes needs each
+array's address from Python first (about half a microsecond each). Without a C compiler or
+Python's headers it is None, and ``runtime.Program`` calls through ctypes."""
 
 from __future__ import annotations
 
@@ -19,27 +19,22 @@ import tempfile
 from pathlib import Path
 from types import ModuleType
 
+from . import folders
+
 SOURCE = Path(__file__).with_name("h2d_call.c")
-
-
-def native_dir() -> Path:
-    """Where native helpers are built once per machine (this one and ``interop.py``'s)."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "hlo2dace-native"
 
 
 @functools.lru_cache(maxsize=1)
 def native() -> ModuleType | None:
     """The built extension module, or None if it cannot be built here."""
-    from .runtime import _file_lock
 
     suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
     source = SOURCE.read_bytes()
     digest = hashlib.sha256(source + suffix.encode()).hexdigest()[:16]
-    root = native_dir()
+    root = folders.native_dir()
     library = root / f"h2d_call-{digest}" / f"h2d_call{suffix}"
     try:
-        with _file_lock(root / f"h2d_call-{digest}.lock"):
+        with folders.file_lock(root / f"h2d_call-{digest}.lock"):
             if not library.is_file():
                 _build(library)
         spec = importlib.util.spec_from_file_location(

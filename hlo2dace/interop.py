@@ -42,7 +42,7 @@ import numpy as np
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
-from . import api, callpath, runtime
+from . import api, folders, runtime
 from .errors import UnsupportedError
 from .frontend.normalize import normalize
 
@@ -98,15 +98,14 @@ def ffi_library() -> ctypes.CDLL | None:
     """``h2d_ffi.cc`` built (once per machine and jaxlib, beside ``callpath.py``'s
     extension) and registered with XLA as ``TARGET``; None without a C++ compiler, and
     calls inside ``jax.jit`` go through ``jax.pure_callback``."""
-    from .runtime import _file_lock
 
     include = jax.ffi.include_dir()
     digest = hashlib.sha256(FFI_SOURCE.read_bytes() + include.encode()
                             + jaxlib.__version__.encode()).hexdigest()[:16]
-    root = callpath.native_dir()
+    root = folders.native_dir()
     library = root / f"h2d_ffi-{digest}" / "h2d_ffi.so"
     try:
-        with _file_lock(root / f"h2d_ffi-{digest}.lock"):
+        with folders.file_lock(root / f"h2d_ffi-{digest}.lock"):
             if not library.is_file():
                 _build(library, include)
         handle = ctypes.CDLL(str(library))

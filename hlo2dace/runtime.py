@@ -10,21 +10,20 @@ damaged since (a truncated or corrupted file) is rebuilt, never loaded.
 
 The cache location is ``$HLO2DACE_CACHE_DIR``, else ``$XDG_CACHE_HOME/hlo2dace``, else
 ``~/.cache/hlo2dace``. A location that cannot be written (read-only, full, not a folder)
-is replaced for the rest of the process by ``<tmp>/hlo2dace-<uid>``, with a CacheWarning.
+is replaced for the rest of the process by ``<tmp>/hlo2dace-<uid>``, with a CacheWarning;
+so is one that another user could write (``folders.problem``), unless the cache is shared
+on purpose (``$HLO2DACE_SHARED_CACHE``).
 """
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import errno
-import fcntl
 import functools
 import hashlib
 import json
 import os
 import shutil
-import stat
 import subprocess
 import tempfile
 import threading
@@ -36,8 +35,9 @@ from typing import Any, Sequence
 import ml_dtypes  # noqa: F401  (registers bfloat16, int4, ... as NumPy dtype names)
 import numpy as np
 
-from . import callpath
+from . import callpath, folders
 from .errors import ArgumentError, CompilationError
+from .folders import CacheWarning, file_lock
 
 # OpenMP workers that spin while waiting for the next parallel region take the cores from
 # everything else on a busy machine: a 100-step stencil took 8 s instead of 50 ms next to
@@ -50,9 +50,7 @@ RUNTIME_VERSION = "1"
 _process_lock = threading.Lock()
 
 
-class CacheWarning(UserWarning):
-    """The disk cache is not used as configured: a damaged entry is rebuilt, or a folder
-    that cannot be written is replaced by a temporary one."""
+__all__ = ["CacheWarning"]  # re-exported: the warning of the cache's folders
 
 
 def cache_dir() -> Path:
@@ -60,8 +58,7 @@ def cache_dir() -> Path:
     root = os.environ.get("HLO2DACE_CACHE_DIR")
     if root:
         return Path(root)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "hlo2dace"
+    return folders.user_cache() / "hlo2dace"
 
 
 _configured = threading.local()
@@ -73,8 +70,11 @@ def configure_dace() -> None:
         return
     import dace
 
+    folders.check_dace_config()
     dace.Config.set("compiler", "build_type", value="Release")
     dace.Config.set("debugprint", value=False)
+    # DaCe's own build folder, should it need one besides each program's (``build``)
+    dace.Config.set("default_build_folder", value=str(folders.native_dir() / "dace-build"))
     # arguments are made C-contiguous by TensorSpec.to_storage; reshaped ones are views
     dace.Config.set("compiler", "allow_view_arguments", value=True)
     _configured.done = True
@@ -136,6 +136,7 @@ def machine() -> tuple[str, ...]:
     import dace
     from dace.codegen import compiler, compiler_family
 
+    configure_dace()  # first: the configuration names the compiler run below
     executable = compiler_family.host_compiler()
     try:
         version = subprocess.run([executable, "--version"], capture_output=True, text=True,
@@ -148,17 +149,6 @@ def machine() -> tuple[str, ...]:
         ("compiler", "linker", "args"))]
     return (dace.__version__, compiler.host_isa_id(), shutil.which(executable) or executable,
             version, json.dumps(settings))
-
-
-@contextlib.contextmanager
-def _file_lock(path: Path):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 class Program:
@@ -484,29 +474,48 @@ def lookup(key: str, warn: bool = True) -> Program | None:
 
 
 def _roots() -> list[Path]:
-    """Where entries are looked up: the configured folder, and its replacement if it
-    could not be written."""
+    """Where entries are looked up: the configured folder (unless another user could
+    write it), and its replacement if it has one."""
     root = cache_dir()
+    if root not in _fallbacks:
+        reason = _distrust(root)
+        if reason is not None:
+            _replace(root, reason, stacklevel=4)
+    if root in _untrusted:
+        return [_fallbacks[root]]
     return [root, _fallbacks[root]] if root in _fallbacks else [root]
 
 
-#: configured cache folders that could not be written -> the folders used instead
+#: configured cache folders that could not be written, or that another user could write
+#: (``_untrusted``) -> the folders used instead
 _fallbacks: dict[Path, Path] = {}
+_untrusted: set[Path] = set()
+
+
+def _distrust(root: Path) -> str | None:
+    """Why another user could put a library into the cache folder ``root``, or None
+    (also for one that does not exist yet, or one shared on purpose)."""
+    if folders.shared_cache_allowed() or not os.path.lexists(root):
+        return None
+    return folders.problem(root)
+
+
+def _replace(root: Path, reason: str, stacklevel: int) -> Path:
+    """Use a private folder instead of the untrusted cache folder ``root``."""
+    _untrusted.add(root)
+    fallback = _fallbacks[root] = _fallback_dir()
+    warnings.warn(f"hlo2dace: not using the cache folder {root}: {reason}; this process "
+                  f"keeps its compiled programs in {fallback} (set {folders.SHARED_CACHE_OPTION}"
+                  f"=1 to trust a cache folder shared on purpose)", CacheWarning,
+                  stacklevel=stacklevel)
+    return fallback
 
 
 def _fallback_dir() -> Path:
     """``<tmp>/hlo2dace-<uid>`` if it is this user's folder and only theirs to write
-    (another user could plant libraries in it), else a new temporary folder."""
-    path = Path(tempfile.gettempdir()) / f"hlo2dace-{os.getuid()}"
-    try:
-        path.mkdir(mode=0o700, exist_ok=True)
-        info = path.lstat()
-        if stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() \
-                and not info.st_mode & 0o022:
-            return path
-    except OSError:
-        pass
-    return Path(tempfile.mkdtemp(prefix="hlo2dace-"))
+    (another user could plant libraries in it), else a new private folder."""
+    return folders.private_folder(Path(tempfile.gettempdir()) / f"hlo2dace-{os.getuid()}",
+                                  "the temporary cache folder")
 
 
 #: what a build needs free besides its constants (a small program takes under a MB)
@@ -563,9 +572,14 @@ def build(sdfg: Any, key: str, arguments: Sequence[TensorSpec], results: Sequenc
     ``SymbolicProgram``). If the cache folder cannot be written, the rest of the process
     uses a temporary one (``_fallback_dir``), with a CacheWarning."""
     configured = cache_dir()
+    _roots()  # replaces an untrusted folder
     root = _fallbacks.get(configured, configured)
     needed = _MIN_FREE_BYTES + sum(c.nbytes for c in constants.values())
     try:
+        return _build_in(root, needed, sdfg, key, arguments, results, constants, cpu_flags,
+                         symbols, checks)
+    except _Untrusted as exc:  # made just now, in a folder that another user could write
+        root = _replace(configured, str(exc), stacklevel=3)
         return _build_in(root, needed, sdfg, key, arguments, results, constants, cpu_flags,
                          symbols, checks)
     except (OSError, CompilationError) as exc:
@@ -583,6 +597,10 @@ def build(sdfg: Any, key: str, arguments: Sequence[TensorSpec], results: Sequenc
         raise _as_compilation_error(exc) from exc
 
 
+class _Untrusted(Exception):
+    """The cache folder, just made, is in a folder that another user could write."""
+
+
 def _as_compilation_error(exc: Exception) -> CompilationError:
     if isinstance(exc, CompilationError):
         return exc
@@ -594,11 +612,15 @@ def _build_in(root: Path, needed: int, sdfg: Any, key: str, arguments: Sequence[
               cpu_flags: str, symbols: Sequence[dict], checks: Sequence[dict]) -> Program:
     """``build`` in the cache folder ``root``; OSError if ``root`` cannot be written or
     has less than ``needed`` bytes free."""
-    root.mkdir(parents=True, exist_ok=True)
+    if not root.exists():
+        folders.make_private(root)
+        reason = _distrust(root)
+        if reason is not None:
+            raise _Untrusted(reason)
     free = shutil.disk_usage(root).free
     if free < needed:
         raise OSError(errno.ENOSPC, f"{free:,} bytes free in {root}, a build needs {needed:,}")
-    with _process_lock, _file_lock(root / f"{key}.lock"):
+    with _process_lock, file_lock(root / f"{key}.lock"):
         cached = lookup(key, warn=False)
         if cached is not None:
             return cached
@@ -611,7 +633,8 @@ def _build_in(root: Path, needed: int, sdfg: Any, key: str, arguments: Sequence[
             sdfg.name = f"h2d_{key[:16]}"
             sdfg.build_folder = str(staging / "build")
             try:
-                sdfg.compile(validate=True, return_program_handle=False)
+                with folders.dace_build_environment():
+                    sdfg.compile(validate=True, return_program_handle=False)
             except Exception as exc:
                 raise CompilationError(f"DaCe could not compile the translated program: "
                                        f"{type(exc).__name__}: {exc}") from exc
@@ -625,6 +648,8 @@ def _build_in(root: Path, needed: int, sdfg: Any, key: str, arguments: Sequence[
                               for path in sorted(staging.rglob("*")) if path.is_file()}}
             meta["checksum"] = _meta_checksum(meta)
             (staging / "meta.json").write_text(json.dumps(meta))
+            if not folders.shared_cache_allowed():
+                folders.make_files_private(staging)
             final = root / key
             shutil.rmtree(final, ignore_errors=True)
             os.rename(staging, final)
