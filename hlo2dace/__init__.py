@@ -11,8 +11,8 @@ from .errors import ArgumentError, CompilationError, Hlo2DaceError, ParseError, 
 from .folders import CacheWarning
 
 __all__ = [
-    "ArgumentError", "CacheWarning", "Compiled", "CompareReport", "CompilationError", "Hlo2DaceError",
-    "JitFunction", "Lowered", "ParseError", "UnsupportedError", "compare", "compile_text",
-    "jit", "lower_text",
+    "ArgumentError", "CacheWarning", "Compiled", "CompareReport", "CompilationError",
+    "Hlo2DaceError", "JitFunction", "Lowered", "ParseError", "UnsupportedError", "compare",
+    "compile_text", "jit", "lower_text",
 ]
 __version__ = "0.1.0"
