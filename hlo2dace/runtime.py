@@ -35,7 +35,7 @@ from typing import Any, Sequence
 import ml_dtypes  # noqa: F401  (registers bfloat16, int4, ... as NumPy dtype names)
 import numpy as np
 
-from . import callpath, folders
+from . import callpath, compiled_sdfg, folders
 from .errors import ArgumentError, CompilationError
 from .folders import CacheWarning, file_lock
 
@@ -183,6 +183,8 @@ class Program:
         self._slots: list[int | ctypes.c_void_p] | None = None
         #: the C call path (``callpath.py``) once prepared, else None: ctypes
         self._native = None
+        #: the entry point, once the program is initialised (``_prepare``)
+        self._entry: compiled_sdfg.EntryPoint | None = None
         self.folder = folder
         #: True if this process built the binary, False if it came from the disk cache
         self.built = built
@@ -254,7 +256,7 @@ class Program:
                                + list(symbols))
                     self._native(*self._native_prefix, *buffers)
             elif self._slots:  # ctypes: pointers as ints, symbols as their values
-                self._cfunc(self._handle, *[slot if not isinstance(slot, int)
+                self._entry.function(self._entry.handle, *[slot if not isinstance(slot, int)
                                             else buffers[slot] if slot >= self._first_symbol
                                             else buffers[slot].__array_interface__["data"][0]
                                             for slot in self._slots])
@@ -270,34 +272,29 @@ class Program:
         """Initialise the library through DaCe once, then call its entry point directly:
         each argument of the C signature is a pointer, taken from the call's arrays (their
         position in ``buffers``) or, for constants, made once here."""
-        import dace
-
-        compiled = self._compiled
         configure_dace()  # the settings are per thread: a first call from a new one
-        compiled.initialize(**self._named(buffers))
+        entry = self._entry = compiled_sdfg.entry_point(self._compiled, self._named(buffers))
         names = [spec.name for spec in self.arguments + self.results] + list(self.symbol_names)
         position = {name: k for k, name in enumerate(names)}
         #: positions from here on in a call's buffers are symbols' values, not arrays
         self._first_symbol = len(names) - len(self.symbol_names)
         slots: list[int | ctypes.c_void_p] = []
-        for name in compiled._sig:
-            if not (isinstance(compiled._typedict[name], dace.data.Array)
-                    or name in self.symbol_names):
+        for name, is_array in entry.arguments:
+            if not (is_array or name in self.symbol_names):
                 self._slots = []
                 return
             slots.append(position[name] if name in position else
                          ctypes.c_void_p(self._constants[name].ctypes.data))
-        self._cfunc, self._handle = compiled._cfunc, compiled._libhandle
         # pointers as plain ints: ctypes converts them without c_void_p objects
-        self._cfunc.argtypes = [ctypes.c_void_p] * (1 + len(slots))
+        entry.function.argtypes = [ctypes.c_void_p] * (1 + len(slots))
         self._slots = slots
         native = callpath.native()
         if native is not None and len(slots) <= native.MAX_POINTERS:
-            constants = [name for name in compiled._sig if name not in position]
+            constants = [name for name, _ in entry.arguments if name not in position]
             self._native_prefix = (
-                ctypes.cast(self._cfunc, ctypes.c_void_p).value, self._handle.value,
+                *entry.addresses,
                 tuple(position[name] if name in position else -1 - constants.index(name)
-                      for name in compiled._sig),
+                      for name, _ in entry.arguments),
                 tuple(self._constants[name] for name in constants))
             self._native = native.call
 
@@ -318,8 +315,7 @@ class Program:
         for slot in self._slots:
             slots.append(slot if isinstance(slot, int) else -1 - j)
             j += not isinstance(slot, int)
-        return (ctypes.cast(self._cfunc, ctypes.c_void_p).value, self._handle.value,
-                tuple(slots), tuple(constants))
+        return (*self._entry.addresses, tuple(slots), tuple(constants))
 
 
 class Symbols:
@@ -429,13 +425,11 @@ def _aligned_empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
 def _load(folder: Path, built: bool, sdfg: Any = None) -> Program:
     """Load an entry whose files match their checksums; ``sdfg``, when the caller has it,
     spares reading program.sdfgz."""
-    from dace.codegen.compiler import load_precompiled_sdfg
-
     configure_dace()
     meta = _checked_meta(folder)
     with np.load(folder / "constants.npz") as data:
         constants = {k: data[k] for k in data.files}
-    compiled = load_precompiled_sdfg(folder / "build", sdfg=sdfg)
+    compiled = compiled_sdfg.load(folder / "build", sdfg=sdfg)
     def specs(entries):
         return [TensorSpec(**{**e, "shape": tuple(e["shape"])}) for e in entries]
 

@@ -560,3 +560,17 @@ def test_arrays_of_more_than_two_to_the_31_elements():
     del doubled
     wide, index = hlo2dace.jit(lambda x: (jnp.sum(x, dtype=jnp.uint64), jnp.argmax(x)))(x)
     assert (int(wide), int(index)) == (9, n - 1)
+
+
+def test_an_unknown_dace_call_interface_is_reported():
+    """The runtime calls DaCe's entry point directly through what ``CompiledSDFG`` keeps
+    in private attributes (hlo2dace/compiled_sdfg.py): a DaCe without them is named in a
+    CompilationError, not worked around."""
+    from hlo2dace import compiled_sdfg
+
+    class Renamed:
+        def initialize(self, **arguments):
+            pass
+
+    with pytest.raises(hlo2dace.CompilationError, match="CompiledSDFG has no _sig"):
+        compiled_sdfg.entry_point(Renamed(), {})
