@@ -1,0 +1,70 @@
+"""Generated C++ written through one small writer: statements, blocks and loops, indented
+as they nest. Translators whose tasklets run loops of their own (reductions, scatters,
+convolutions, sorts, products) open blocks and loops with ``with``, so the nesting of the
+Python is the nesting of the C++ and no closing brace is counted by hand."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Iterable, Iterator
+
+
+@dataclass(frozen=True)
+class Loop:
+    """``for (int64_t variable = first; variable < end; variable += step)``: C++
+    expressions, 64-bit so that arrays past 2^31 elements are indexed right."""
+
+    variable: str
+    first: str
+    end: str
+    step: str = "1"
+
+    def header(self) -> str:
+        advance = f"++{self.variable}" if self.step == "1" else \
+            f"{self.variable} += {self.step}"
+        return (f"for (int64_t {self.variable} = {self.first}; {self.variable} < {self.end}; "
+                f"{advance})")
+
+
+class Writer:
+    """C++ statements for one tasklet or helper."""
+
+    def __init__(self) -> None:
+        self._lines: list[str] = []
+        self._depth = 0
+
+    def line(self, *statements: str) -> None:
+        """Append statements (each may span lines) at the current depth."""
+        for statement in statements:
+            for text in statement.splitlines():
+                self._lines.append("    " * self._depth + text)
+
+    def lines(self, statements: Iterable[str]) -> None:
+        self.line(*statements)
+
+    @contextlib.contextmanager
+    def block(self, header: str) -> Iterator[None]:
+        """``header { ... }``: ``if (...)``, ``for (...)``, or ``""`` for a bare scope."""
+        self.line(f"{header} {{" if header else "{")
+        self._depth += 1
+        try:
+            yield
+        finally:
+            self._depth -= 1
+            self.line("}")
+
+    @contextlib.contextmanager
+    def loops(self, *loops: Loop, scalar: bool = False) -> Iterator[None]:
+        """Nested loops, outermost first. ``scalar``: the innermost body begins with
+        ``h2d::scalar_loop()``, which keeps GCC from vectorising the map's loop across
+        the nest (see h2d_ops.h)."""
+        with contextlib.ExitStack() as stack:
+            for loop in loops:
+                stack.enter_context(self.block(loop.header()))
+            if scalar:
+                self.line("h2d::scalar_loop();")
+            yield
+
+    def text(self) -> str:
+        return "\n".join(self._lines)
