@@ -4,7 +4,10 @@ Every sub-command reads what the frontend accepts: a ``.mlir`` text file (pretty
 generic form), MLIR bytecode, a StableHLO portable artifact, or ``Exported.serialize()``
 bytes. ``--shape b=32`` gives a symbolic dimension its size: ``convert`` then writes the
 SDFG at that size, ``run`` makes random inputs of it, ``compare`` runs XLA at it against
-the program compiled once for every size."""
+the program compiled once for every size.
+
+Exit status: 0; 1 when ``compare`` finds outputs that disagree or ``test`` a function that
+fails; 2 on an error (its message on stderr)."""
 
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import Hlo2DaceError
+from .errors import Hlo2DaceError, ParseError
 
 
 def _sizes(args) -> dict[str, int]:
@@ -205,7 +208,9 @@ def main(argv=None) -> int:
     try:
         return args.handler(args)
     except (Hlo2DaceError, UsageError) as exc:
-        print(f"hlo2dace: error: {exc}", file=sys.stderr)
+        # a parse error's line and column are the input file's
+        where = f"{args.input}: " if isinstance(exc, ParseError) and "input" in args else ""
+        print(f"hlo2dace: error: {where}{exc}", file=sys.stderr)
         return 2
     except OSError as exc:
         print(f"hlo2dace: error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "),

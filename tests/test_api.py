@@ -211,6 +211,21 @@ def test_non_contiguous_arguments_are_copied():
     np.testing.assert_array_equal(f(view), view * 2)
 
 
+@pytest.mark.parametrize("form", ["str", "bytes", "path"])
+def test_malformed_text_is_parsed_as_text(tmp_path, form):
+    """Text in any form (a str, UTF-8 bytes, a file) that is not a module: the MLIR
+    parser's line and column, and the line itself; binary forms are not tried."""
+    text = "// neither the word for a module nor a function\n  garbage %0 = stablehlo.add\n"
+    path = tmp_path / "bad.mlir"
+    path.write_text(text)
+    source = {"str": text, "bytes": text.encode(), "path": path}[form]
+    with pytest.raises(ParseError) as info:
+        hlo2dace.compile_text(source)
+    assert (info.value.line, info.value.column) == (2, 3)
+    assert str(info.value).startswith("invalid StableHLO text: custom op 'garbage' is unknown")
+    assert info.value.context == "  garbage %0 = stablehlo.add\n  ^"
+
+
 def test_parse_error_has_line_and_column():
     text = "module {\n  func.func @main(%a: tensor<2xf32>) -> tensor<2xf32> {\n" \
            "    %0 = stablehlo.add %a, %missing : tensor<2xf32>\n" \
@@ -218,7 +233,7 @@ def test_parse_error_has_line_and_column():
     with pytest.raises(ParseError) as info:
         hlo2dace.compile_text(text)
     assert info.value.line == 3 and info.value.column is not None
-    with pytest.raises(ParseError):
+    with pytest.raises(ParseError, match="not text are neither MLIR bytecode"):
         hlo2dace.compile_text(b"\x00\x01 not a module")
     with pytest.raises(ParseError):
         hlo2dace.compile_text(12345)

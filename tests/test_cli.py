@@ -205,9 +205,23 @@ def test_test_command_missing_file(tmp_path, capsys):
 
 @pytest.mark.parametrize("command", ["convert", "run"])
 def test_malformed_file(files, capsys, command):
-    assert cli.main([command, str(files / "malformed.mlir")]) == 2
+    path = files / "malformed.mlir"
+    assert cli.main([command, str(path)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("hlo2dace: error: invalid StableHLO text") and "line 1" in err
+    assert err.startswith(f"hlo2dace: error: {path}: invalid StableHLO text") and "line 1" in err
+
+
+def test_malformed_text_is_read_as_text(tmp_path, capsys):
+    """Text that is not a module gets the text parser's position, not a guess that it is
+    bytecode or a serialized Exported."""
+    path = tmp_path / "bad.mlir"
+    path.write_text("garbage %0 = stablehlo.add\n")
+    assert cli.main(["run", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"hlo2dace: error: {path}: invalid StableHLO text: custom op "
+                          "'garbage' is unknown"), err
+    assert "at line 1, column 1\ngarbage %0 = stablehlo.add\n^" in err
+    assert "Exported" not in err and "bytecode" not in err
 
 
 @pytest.mark.parametrize("command", ["convert", "run"])

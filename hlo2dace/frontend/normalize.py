@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ArgumentError, ParseError, UnsupportedError
+from ..errors import ArgumentError, ParseError, UnsupportedError, pointed_line
 from . import bytecode
 
 MLIR_BYTECODE_MAGIC = b"ML\xefR"
@@ -59,8 +59,9 @@ def _context():
     return jax_mlir.make_ir_context()
 
 
-def _mlir_error(exc: Exception, what: str) -> ParseError:
-    """Turn an ``MLIRError`` into a ParseError carrying the first diagnostic's position."""
+def _mlir_error(exc: Exception, what: str, text: str = "") -> ParseError:
+    """Turn an ``MLIRError`` into a ParseError carrying the first diagnostic's position (and
+    that line of ``text``, the source parsed, with a caret under the column)."""
     line = column = None
     message = str(exc)
     diagnostics = getattr(exc, "error_diagnostics", None) or []
@@ -70,7 +71,8 @@ def _mlir_error(exc: Exception, what: str) -> ParseError:
         found = re.search(r'":(\d+):(\d+)', str(first.location))
         if found:
             line, column = int(found.group(1)), int(found.group(2))
-    return ParseError(f"invalid {what}: {message}", line, column)
+    return ParseError(f"invalid {what}: {message}", line, column,
+                      pointed_line(text, line, column))
 
 
 def _parse(ctx, source: str | bytes, what: str):
@@ -79,7 +81,7 @@ def _parse(ctx, source: str | bytes, what: str):
     try:
         return ir.Module.parse(source, context=ctx)
     except Exception as exc:  # MLIRError, or ValueError for undecodable bytes
-        raise _mlir_error(exc, what) from None
+        raise _mlir_error(exc, what, source if isinstance(source, str) else "") from None
 
 
 def _from_bytes(ctx, data: bytes):
@@ -87,11 +89,8 @@ def _from_bytes(ctx, data: bytes):
         # portable artifacts (VHLO; also what jax.export stores) are bytecode too; read in a
         # child process: damaged bytecode crashes jaxlib's readers (bytecode.py)
         return _parse(ctx, bytecode.generic_text(data), "MLIR bytecode")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        text = None
-    if text is not None and ("func" in text or "module" in text):
+    text = _text(data)
+    if text is not None:  # malformed text gets the text parser's line and column
         return _parse(ctx, text, "StableHLO text")
     from jax import export
 
@@ -99,9 +98,22 @@ def _from_bytes(ctx, data: bytes):
         exported = export.deserialize(bytearray(data))
     except Exception as exc:
         raise ParseError(
-            "bytes are neither MLIR bytecode, a StableHLO portable artifact, UTF-8 text, "
-            f"nor a serialized jax.export.Exported ({type(exc).__name__}: {exc})") from None
+            "bytes that are not text are neither MLIR bytecode, a StableHLO portable "
+            f"artifact, nor a serialized jax.export.Exported ({type(exc).__name__}: {exc})") \
+            from None
     return _from_exported(ctx, exported)
+
+
+def _text(data: bytes) -> str | None:
+    """``data`` as text if it is UTF-8 without NUL characters, as text files are; the binary
+    forms never are: bytecode and portable artifacts begin with ``ML\\xefR`` (not UTF-8),
+    and a serialized ``Exported`` holds bytecode and the NUL bytes of its flatbuffer."""
+    if b"\0" in data:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
 
 
 def _from_exported(ctx, exported):

@@ -50,7 +50,7 @@ from lark import Lark, Token, Transformer
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
 from .. import ir
-from ..errors import ParseError
+from ..errors import ParseError, pointed_line
 
 __all__ = ["parse_module", "GRAMMAR_PATH"]
 
@@ -1041,24 +1041,8 @@ def _describe(error: UnexpectedInput, lark: Lark) -> str:
     return f"{what}; expected {'one of: ' if len(names) > 1 else ''}{', '.join(names)}"
 
 
-def _context(text: str, line: int | None, column: int | None) -> str:
-    """The offending line with a caret under the column (long lines are cut around it)."""
-    if line is None or line < 1:
-        return ""
-    lines = text.split("\n")
-    if line > len(lines):
-        return ""
-    source = lines[line - 1].rstrip("\r")
-    col = max(1, column or 1)
-    start = 0
-    if len(source) > 100:
-        start = max(0, col - 50)
-        source = source[start:start + 100]
-    return f"{source}\n{' ' * (col - 1 - start)}^"
-
-
 def _error(text: str, message: str, line: int | None, column: int | None) -> ParseError:
-    return ParseError(message, line, column, _context(text, line, column))
+    return ParseError(message, line, column, pointed_line(text, line, column))
 
 
 def _split_passes(text: str) -> tuple[str, str]:
