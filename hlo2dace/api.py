@@ -17,7 +17,7 @@ import numpy as np
 from . import ir, optimize, runtime, symbolic
 from .errors import ArgumentError, CompilationError, Hlo2DaceError, UnsupportedError
 from .frontend.normalize import NormalizedModule, normalize, specialise
-from .frontend.parser import parse_module
+from .frontend.parser import GRAMMAR_PATH, parse_module
 from .frontend.sink import sink_constants
 
 
@@ -51,9 +51,8 @@ def translator_fingerprint() -> str:
 
     package = Path(__file__).resolve().parent
     digest = hashlib.sha256()
-    files = sorted([package / "ir.py", package / "runtime.py",
-                    *(package / "frontend").glob("*.py"), *(package / "translate").glob("*.*"),
-                    *(package.parent / "grammar").glob("*.lark")])
+    files = sorted([package / "ir.py", package / "runtime.py", GRAMMAR_PATH,
+                    *(package / "frontend").glob("*.py"), *(package / "translate").glob("*.*")])
     for path in files:
         digest.update(path.read_bytes())
     return digest.hexdigest()

@@ -54,7 +54,17 @@ from ..errors import ParseError, pointed_line
 
 __all__ = ["parse_module", "GRAMMAR_PATH"]
 
-GRAMMAR_PATH = Path(__file__).resolve().parents[2] / "grammar" / "stablehlo.lark"
+
+def _grammar_path() -> Path:
+    """The grammar's one copy is ``grammar/stablehlo.lark`` at the top of the source tree;
+    an installed package holds it as ``hlo2dace/grammar/stablehlo.lark`` (pyproject.toml
+    maps the folder into the package)."""
+    package = Path(__file__).resolve().parents[1]
+    installed = package / "grammar" / "stablehlo.lark"
+    return installed if installed.is_file() else package.parent / "grammar" / "stablehlo.lark"
+
+
+GRAMMAR_PATH = _grammar_path()
 
 _EMPTY: Any = MappingProxyType({})
 
