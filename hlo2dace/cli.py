@@ -7,11 +7,13 @@ SDFG at that size, ``run`` makes random inputs of it, ``compare`` runs XLA at it
 the program compiled once for every size.
 
 Exit status: 0; 1 when ``compare`` finds an output that DIFFERS or ``test`` a function that
-fails; 2 on an error (its message on stderr)."""
+fails; 2 on an error (its message on stderr). The compilation stages and their durations
+(``progress.py``) go to stderr when it is a terminal, or with ``--progress``."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
 from pathlib import Path
@@ -167,6 +169,22 @@ def _test(args) -> int:
     return 1 if failed else 0
 
 
+@contextlib.contextmanager
+def _show_stages(stream):
+    """The compilation stages (``progress.stage``) on ``stream`` while the command runs."""
+    from .progress import LOGGER, TerminalDisplay
+
+    display = TerminalDisplay(stream)
+    level = LOGGER.level
+    LOGGER.addHandler(display)
+    LOGGER.setLevel(display.level)
+    try:
+        yield
+    finally:
+        LOGGER.removeHandler(display)
+        LOGGER.setLevel(level)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="hlo2dace", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -178,6 +196,10 @@ def main(argv=None) -> int:
     convert.add_argument("-o", "--output", help="output .sdfg or .sdfgz file")
     shape = {"action": "append", "metavar": "NAME=SIZE",
              "help": "size of a symbolic dimension (repeat for each), e.g. b=32"}
+    progress = {"action": argparse.BooleanOptionalAction, "default": None,
+                "help": "print each compilation stage and its duration on stderr (default: "
+                "when stderr is a terminal)"}
+    convert.add_argument("--progress", **progress)
     convert.add_argument("--shape", **shape)
     convert.set_defaults(handler=_convert)
     run = commands.add_parser("run", help="compile and run a module on given inputs")
@@ -186,6 +208,7 @@ def main(argv=None) -> int:
     run.add_argument("--inputs", help=".npz with one array per argument (arg_0, arg_1, ...)")
     run.add_argument("-o", "--output", help="save the results to this .npz")
     run.add_argument("--shape", **shape)
+    run.add_argument("--progress", **progress)
     run.add_argument("--seed", type=int, default=0,
                      help="seed of the random inputs made with --shape and no --inputs")
     run.set_defaults(handler=_run)
@@ -198,6 +221,7 @@ def main(argv=None) -> int:
     compare.add_argument("-O", "--optimize", **levels)
     compare.add_argument("--seed", type=int, default=0)
     compare.add_argument("--shape", **shape)
+    compare.add_argument("--progress", **progress)
     compare.add_argument("--rtol", type=float, default=None,
                          help="normwise relative error (max |DaCe - XLA| / max |XLA|) allowed "
                          "for floating-point outputs (default: 1024 units of rounding for 32- "
@@ -212,10 +236,15 @@ def main(argv=None) -> int:
                       help="compile each function on its own (default: one program per file)")
     test.add_argument("-v", "--verbose", action="store_true",
                       help="also print the notes of passing functions")
+    test.add_argument("--progress", action="store_true",
+                      help="print each compilation stage and its duration on stderr")
     test.set_defaults(handler=_test)
     args = parser.parse_args(argv)
+    show = args.progress if args.progress is not None else sys.stderr.isatty()
+    display = _show_stages(sys.stderr) if show else contextlib.nullcontext()
     try:
-        return args.handler(args)
+        with display:
+            return args.handler(args)
     except (Hlo2DaceError, UsageError) as exc:
         # a parse error's line and column are the input file's
         where = f"{args.input}: " if isinstance(exc, ParseError) and "input" in args else ""

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ArgumentError, ParseError, UnsupportedError, pointed_line
+from ..progress import stage
 from . import bytecode
 
 MLIR_BYTECODE_MAGIC = b"ML\xefR"
@@ -174,16 +175,18 @@ def _to_mlir_module(ctx, source: Any):
 def normalize(source: Any) -> NormalizedModule:
     """Parse ``source``, legalise CHLO, refine dynamic shapes where constants determine
     them, and print the generic op form with locations."""
-    ctx = _context()
-    with ctx:
-        module = _to_mlir_module(ctx, source)
-        _refuse_reverse_scans(module)
-        _run(ctx, module, NORMALIZE_PIPELINE, "legalisation")
-        bare = module.operation.get_asm(print_generic_op_form=True, enable_debug_info=False)
-        if _DYNAMIC.search(bare):
-            _run(ctx, module, REFINE_PIPELINE, "shape refinement")
-            bare = None
-        return _printed(module, bare)
+    with stage("normalise"):
+        ctx = _context()
+        with ctx:
+            module = _to_mlir_module(ctx, source)
+            _refuse_reverse_scans(module)
+            _run(ctx, module, NORMALIZE_PIPELINE, "legalisation")
+            bare = module.operation.get_asm(print_generic_op_form=True,
+                                            enable_debug_info=False)
+            if _DYNAMIC.search(bare):
+                _run(ctx, module, REFINE_PIPELINE, "shape refinement")
+                bare = None
+            return _printed(module, bare)
 
 
 def _refuse_reverse_scans(module) -> None:
@@ -212,27 +215,28 @@ def specialise(normalized: NormalizedModule, types: list[str]) -> NormalizedModu
     from jax._src.interpreters.mlir import module_to_bytecode
     from jax._src.lib import _jax
 
-    ctx = _context()
-    with ctx:
-        module = _parse(ctx, normalized.text, "normalised module")
-        quoted = ",".join(types)
-        _run(ctx, module, f"builtin.module(stablehlo-refine-arguments{{types='{quoted}'}})",
-             "argument refinement")
-        try:  # JAX's own refinement: it checks and removes the shape assertions
-            refined = _jax.mlir.refine_polymorphic_shapes(
-                mlir_module=module_to_bytecode(module), enable_shape_assertions=True,
-                validate_static_shapes=True, enable_shardy=False)
-        except Exception as exc:
-            message = str(exc)
-            failed = re.search(r'loc\("shape_assertion"\): ([^\n]*)', message)
-            if failed:
-                raise ArgumentError(failed.group(1)) from None
-            raise UnsupportedError("module", "shape refinement at argument types "
-                                   f"{', '.join(types)} failed: {message.splitlines()[0]}") \
-                from None
-        module = _parse(ctx, refined, "refined module")
-        _run(ctx, module, REFINE_PIPELINE, "shape refinement")
-        return _printed(module)
+    with stage("specialise"):
+        ctx = _context()
+        with ctx:
+            module = _parse(ctx, normalized.text, "normalised module")
+            quoted = ",".join(types)
+            _run(ctx, module, f"builtin.module(stablehlo-refine-arguments{{types='{quoted}'}})",
+                 "argument refinement")
+            try:  # JAX's own refinement: it checks and removes the shape assertions
+                refined = _jax.mlir.refine_polymorphic_shapes(
+                    mlir_module=module_to_bytecode(module), enable_shape_assertions=True,
+                    validate_static_shapes=True, enable_shardy=False)
+            except Exception as exc:
+                message = str(exc)
+                failed = re.search(r'loc\("shape_assertion"\): ([^\n]*)', message)
+                if failed:
+                    raise ArgumentError(failed.group(1)) from None
+                raise UnsupportedError("module", "shape refinement at argument types "
+                                       f"{', '.join(types)} failed: {message.splitlines()[0]}") \
+                    from None
+            module = _parse(ctx, refined, "refined module")
+            _run(ctx, module, REFINE_PIPELINE, "shape refinement")
+            return _printed(module)
 
 
 def _run(ctx, module, pipeline: str, what: str) -> None:
