@@ -17,8 +17,9 @@ import numpy as np
 from . import ir, optimize, runtime, symbolic
 from .errors import ArgumentError, CompilationError, Hlo2DaceError, UnsupportedError
 from .frontend.normalize import NormalizedModule, normalize, specialise
-from .frontend.parser import parse_module
+from .frontend.parser import GRAMMAR_PATH, parse_module
 from .frontend.sink import sink_constants
+from .progress import stage
 
 
 def _specs(types: Sequence[ir.Type], names: Sequence[str], what: str):
@@ -51,9 +52,8 @@ def translator_fingerprint() -> str:
 
     package = Path(__file__).resolve().parent
     digest = hashlib.sha256()
-    files = sorted([package / "ir.py", package / "runtime.py",
-                    *(package / "frontend").glob("*.py"), *(package / "translate").glob("*.*"),
-                    *(package.parent / "grammar").glob("*.lark")])
+    files = sorted([package / "ir.py", package / "runtime.py", GRAMMAR_PATH,
+                    *(package / "frontend").glob("*.py"), *(package / "translate").glob("*.*")])
     for path in files:
         digest.update(path.read_bytes())
     return digest.hexdigest()
@@ -76,7 +76,8 @@ class Lowered:
     @property
     def module(self) -> ir.Module:
         if self._module is None:
-            self._module = sink_constants(parse_module(self._normalized.text))
+            with stage("parse"):
+                self._module = sink_constants(parse_module(self._normalized.text))
         return self._module
 
     @property
@@ -99,19 +100,20 @@ class Lowered:
         raises ``NeedsSpecialisation`` for a module with dynamic shapes that must be
         compiled per concrete shape."""
         if self._translation is None:
-            from .translate import Builder
-
             module, signature = self.module, None
             try:
                 main = self.main
             except LookupError:
                 main = None  # the Builder says what is missing
             try:
-                if main is not None and symbolic.has_dynamic_types(main):
-                    module, signature = symbolic.refine(module, self._entry)
-                builder = Builder(module, self._name, self._entry, optimize=self.level,
-                                  signature=signature)
-                sdfg = builder.build()
+                with stage("translate"):
+                    from .translate import Builder  # DaCe's import counts: 1 s the first time
+
+                    if main is not None and symbolic.has_dynamic_types(main):
+                        module, signature = symbolic.refine(module, self._entry)
+                    builder = Builder(module, self._name, self._entry, optimize=self.level,
+                                      signature=signature)
+                    sdfg = builder.build()
             except symbolic.NeedsSpecialisation as exc:
                 if signature is not None and not exc.signature.symbols:
                     exc.signature = signature  # raised by a translator, after refine
@@ -135,7 +137,9 @@ class Lowered:
     def compile(self) -> Compiled:
         """Build (or load from the cache) the program. A module whose dynamic shapes
         cannot stay symbolic gives a program that compiles once per argument shape."""
-        program = runtime.lookup(self.key)
+        with stage("cache lookup") as lookup:
+            program = runtime.lookup(self.key)
+            lookup.note = "not found" if program is None else "found"
         if program is None:
             try:
                 sdfg, arguments, results, constants, signature = self._translate()
@@ -143,8 +147,9 @@ class Lowered:
                 return Compiled(SpecialisingProgram(self, reason), self)
             symbols = [dataclasses.asdict(s) for s in signature.symbols] if signature else ()
             checks = [dataclasses.asdict(c) for c in signature.checks] if signature else ()
-            program = runtime.build(sdfg, self.key, arguments, results, constants,
-                                    self.level.cpu_flags, symbols, checks)
+            with stage("C++ build"):
+                program = runtime.build(sdfg, self.key, arguments, results, constants,
+                                        self.level.cpu_flags, symbols, checks)
         return Compiled(program, self)
 
     def symbols(self) -> tuple[symbolic.SymbolSource, ...]:
@@ -345,7 +350,8 @@ class JitFunction:
             return self._lower_polymorphic(args, kwargs)
         from . import interop
 
-        with interop.inlining():  # hlo2dace.jit functions that f calls join its program
+        # hlo2dace.jit functions that f calls join its program
+        with stage("JAX lowering"), interop.inlining():
             traced = self._jitted.trace(*args, **kwargs)
             lowered = traced.lower()
         name = getattr(self._fun, "__name__", "program")
@@ -407,7 +413,8 @@ class JitFunction:
         import jax
 
         specs = specs if specs is not None else self._symbolic_specs(args, kwargs)
-        exported = jax.export.export(self._jitted, platforms=["cpu"])(*specs)
+        with stage("JAX export"):
+            exported = jax.export.export(self._jitted, platforms=["cpu"])(*specs)
         name = getattr(self._fun, "__name__", "program")
         return JitLowered(normalize(exported), name,
                           _Results(exported.out_tree, exported.out_avals, polymorphic=True),

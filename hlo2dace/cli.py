@@ -4,18 +4,23 @@ Every sub-command reads what the frontend accepts: a ``.mlir`` text file (pretty
 generic form), MLIR bytecode, a StableHLO portable artifact, or ``Exported.serialize()``
 bytes. ``--shape b=32`` gives a symbolic dimension its size: ``convert`` then writes the
 SDFG at that size, ``run`` makes random inputs of it, ``compare`` runs XLA at it against
-the program compiled once for every size."""
+the program compiled once for every size.
+
+Exit status: 0; 1 when ``compare`` finds an output that DIFFERS or ``test`` a function that
+fails; 2 on an error (its message on stderr). The compilation stages and their durations
+(``progress.py``) go to stderr when it is a terminal, or with ``--progress``."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-from .errors import Hlo2DaceError
+from .errors import Hlo2DaceError, ParseError
 
 
 def _sizes(args) -> dict[str, int]:
@@ -135,11 +140,12 @@ def _compare(args) -> int:
                      else lowered).as_text())
     expected, actual = xla(*inputs), compiled.call_flat(inputs)
     report = CompareReport(
-        tuple(compare_arrays(i, e, a) for i, (e, a) in enumerate(zip(expected, actual))),
+        tuple(compare_arrays(i, e, a, args.rtol, args.atol)
+              for i, (e, a) in enumerate(zip(expected, actual))),
         median_seconds(lambda: xla(*inputs)), median_seconds(lambda: compiled.call_flat(inputs)),
         compile_seconds)
     print(report)
-    return 0 if report.ok(rtol=args.rtol, atol=args.atol) else 1
+    return 0 if report.ok else 1
 
 
 def _test(args) -> int:
@@ -163,6 +169,22 @@ def _test(args) -> int:
     return 1 if failed else 0
 
 
+@contextlib.contextmanager
+def _show_stages(stream):
+    """The compilation stages (``progress.stage``) on ``stream`` while the command runs."""
+    from .progress import LOGGER, TerminalDisplay
+
+    display = TerminalDisplay(stream)
+    level = LOGGER.level
+    LOGGER.addHandler(display)
+    LOGGER.setLevel(display.level)
+    try:
+        yield
+    finally:
+        LOGGER.removeHandler(display)
+        LOGGER.setLevel(level)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="hlo2dace", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -174,6 +196,10 @@ def main(argv=None) -> int:
     convert.add_argument("-o", "--output", help="output .sdfg or .sdfgz file")
     shape = {"action": "append", "metavar": "NAME=SIZE",
              "help": "size of a symbolic dimension (repeat for each), e.g. b=32"}
+    progress = {"action": argparse.BooleanOptionalAction, "default": None,
+                "help": "print each compilation stage and its duration on stderr (default: "
+                "when stderr is a terminal)"}
+    convert.add_argument("--progress", **progress)
     convert.add_argument("--shape", **shape)
     convert.set_defaults(handler=_convert)
     run = commands.add_parser("run", help="compile and run a module on given inputs")
@@ -182,16 +208,26 @@ def main(argv=None) -> int:
     run.add_argument("--inputs", help=".npz with one array per argument (arg_0, arg_1, ...)")
     run.add_argument("-o", "--output", help="save the results to this .npz")
     run.add_argument("--shape", **shape)
+    run.add_argument("--progress", **progress)
     run.add_argument("--seed", type=int, default=0,
                      help="seed of the random inputs made with --shape and no --inputs")
     run.set_defaults(handler=_run)
-    compare = commands.add_parser("compare", help="XLA against DaCe on random inputs")
+    compare = commands.add_parser(
+        "compare", help="XLA against DaCe on random inputs",
+        description="XLA against DaCe on random inputs: a table of each output's errors and "
+        "a verdict against its tolerance; exit status 0 when every output is OK, 1 when one "
+        "DIFFERS, 2 on an error")
     compare.add_argument("input")
     compare.add_argument("-O", "--optimize", **levels)
     compare.add_argument("--seed", type=int, default=0)
     compare.add_argument("--shape", **shape)
-    compare.add_argument("--rtol", type=float, default=1e-5)
-    compare.add_argument("--atol", type=float, default=1e-6)
+    compare.add_argument("--progress", **progress)
+    compare.add_argument("--rtol", type=float, default=None,
+                         help="normwise relative error (max |DaCe - XLA| / max |XLA|) allowed "
+                         "for floating-point outputs (default: 1024 units of rounding for 32- "
+                         "and 64-bit floats, 16 for narrower ones)")
+    compare.add_argument("--atol", type=float, default=0.0,
+                         help="absolute errors accepted as well (default 0)")
     compare.set_defaults(handler=_compare)
     test = commands.add_parser("test", help="run functions that use the check dialect")
     test.add_argument("files", nargs="+", help=".mlir files in the StableHLO interpreter's "
@@ -200,12 +236,19 @@ def main(argv=None) -> int:
                       help="compile each function on its own (default: one program per file)")
     test.add_argument("-v", "--verbose", action="store_true",
                       help="also print the notes of passing functions")
+    test.add_argument("--progress", action="store_true",
+                      help="print each compilation stage and its duration on stderr")
     test.set_defaults(handler=_test)
     args = parser.parse_args(argv)
+    show = args.progress if args.progress is not None else sys.stderr.isatty()
+    display = _show_stages(sys.stderr) if show else contextlib.nullcontext()
     try:
-        return args.handler(args)
+        with display:
+            return args.handler(args)
     except (Hlo2DaceError, UsageError) as exc:
-        print(f"hlo2dace: error: {exc}", file=sys.stderr)
+        # a parse error's line and column are the input file's
+        where = f"{args.input}: " if isinstance(exc, ParseError) and "input" in args else ""
+        print(f"hlo2dace: error: {where}{exc}", file=sys.stderr)
         return 2
     except OSError as exc:
         print(f"hlo2dace: error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "),

@@ -59,7 +59,7 @@ def main(n: int = 2000) -> None:
     print(f"a new process gets the cached binary in {loaded['seconds']:.3f} s (JAX lowering, "
           f"normalising, importing DaCe and loading; built again: {loaded['built']})")
     print(f"SDFG: {loaded['folder']}/build/program.sdfgz (open with dace.SDFG.from_file)")
-    if not report.ok(rtol=1e-4, atol=1e-4):
+    if not report.ok:
         raise SystemExit("hlo2dace and XLA disagree beyond tolerance")
 
 

@@ -22,6 +22,22 @@ class ParseError(Hlo2DaceError):
         super().__init__(text)
 
 
+def pointed_line(text: str, line: int | None, column: int | None) -> str:
+    """The offending line with a caret under the column (long lines are cut around it)."""
+    if line is None or line < 1:
+        return ""
+    lines = text.split("\n")
+    if line > len(lines):
+        return ""
+    source = lines[line - 1].rstrip("\r")
+    col = max(1, column or 1)
+    start = 0
+    if len(source) > 100:
+        start = max(0, col - 50)
+        source = source[start:start + 100]
+    return f"{source}\n{' ' * (col - 1 - start)}^"
+
+
 class UnsupportedError(Hlo2DaceError):
     """An op, attribute or type that hlo2dace does not translate (yet).
 

@@ -130,19 +130,30 @@ def test_compare_agrees_on_random_inputs_of_every_dtype(tmp_path, capsys):
     path.write_text(jax.jit(g).lower(*args).as_text())
     assert cli.main(["compare", str(path)]) == 0
     out = capsys.readouterr().out
-    for dtype in ("bool", "uint32", "int8", "complex64", "bfloat16", "float64"):
-        assert dtype in out
+    rows = out.splitlines()[2:8]
+    for dtype, row in zip(("bool", "uint32", "int8", "complex64", "bfloat16", "float64"), rows):
+        assert dtype in row and row.endswith(" OK"), out
     assert "median call" in out
 
 
 def test_compare_exit_status_on_disagreement(files, capsys, monkeypatch):
+    """One element of one output changed: that output DIFFERS (exit status 1), the other
+    is OK."""
     from hlo2dace import xla
+
+    def one_element_changed(results):
+        changed = np.array(results[0])
+        changed[1, 2] += 0.01
+        return [changed, *results[1:]]
 
     call = xla.XlaModule.__call__
     monkeypatch.setattr(xla.XlaModule, "__call__",
-                        lambda self, *a: [r + 1 for r in call(self, *a)])
+                        lambda self, *a: one_element_changed(call(self, *a)))
     assert cli.main(["compare", str(files / "f.vhlo")]) == 1
-    capsys.readouterr()
+    out = capsys.readouterr().out
+    rows = out.splitlines()
+    assert rows[2].endswith(" DIFFERS") and rows[3].endswith(" OK"), out
+    assert "1 of 12 elements differ beyond the tolerance" in out and "at [1, 2]" in out
 
 
 def test_random_inputs_by_dtype():
@@ -205,9 +216,23 @@ def test_test_command_missing_file(tmp_path, capsys):
 
 @pytest.mark.parametrize("command", ["convert", "run"])
 def test_malformed_file(files, capsys, command):
-    assert cli.main([command, str(files / "malformed.mlir")]) == 2
+    path = files / "malformed.mlir"
+    assert cli.main([command, str(path)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("hlo2dace: error: invalid StableHLO text") and "line 1" in err
+    assert err.startswith(f"hlo2dace: error: {path}: invalid StableHLO text") and "line 1" in err
+
+
+def test_malformed_text_is_read_as_text(tmp_path, capsys):
+    """Text that is not a module gets the text parser's position, not a guess that it is
+    bytecode or a serialized Exported."""
+    path = tmp_path / "bad.mlir"
+    path.write_text("garbage %0 = stablehlo.add\n")
+    assert cli.main(["run", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"hlo2dace: error: {path}: invalid StableHLO text: custom op "
+                          "'garbage' is unknown"), err
+    assert "at line 1, column 1\ngarbage %0 = stablehlo.add\n^" in err
+    assert "Exported" not in err and "bytecode" not in err
 
 
 @pytest.mark.parametrize("command", ["convert", "run"])

@@ -18,7 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ArgumentError, ParseError, UnsupportedError
+from ..errors import ArgumentError, ParseError, UnsupportedError, pointed_line
+from ..progress import stage
 from . import bytecode
 
 MLIR_BYTECODE_MAGIC = b"ML\xefR"
@@ -59,8 +60,9 @@ def _context():
     return jax_mlir.make_ir_context()
 
 
-def _mlir_error(exc: Exception, what: str) -> ParseError:
-    """Turn an ``MLIRError`` into a ParseError carrying the first diagnostic's position."""
+def _mlir_error(exc: Exception, what: str, text: str = "") -> ParseError:
+    """Turn an ``MLIRError`` into a ParseError carrying the first diagnostic's position (and
+    that line of ``text``, the source parsed, with a caret under the column)."""
     line = column = None
     message = str(exc)
     diagnostics = getattr(exc, "error_diagnostics", None) or []
@@ -70,7 +72,8 @@ def _mlir_error(exc: Exception, what: str) -> ParseError:
         found = re.search(r'":(\d+):(\d+)', str(first.location))
         if found:
             line, column = int(found.group(1)), int(found.group(2))
-    return ParseError(f"invalid {what}: {message}", line, column)
+    return ParseError(f"invalid {what}: {message}", line, column,
+                      pointed_line(text, line, column))
 
 
 def _parse(ctx, source: str | bytes, what: str):
@@ -79,7 +82,7 @@ def _parse(ctx, source: str | bytes, what: str):
     try:
         return ir.Module.parse(source, context=ctx)
     except Exception as exc:  # MLIRError, or ValueError for undecodable bytes
-        raise _mlir_error(exc, what) from None
+        raise _mlir_error(exc, what, source if isinstance(source, str) else "") from None
 
 
 def _from_bytes(ctx, data: bytes):
@@ -87,11 +90,8 @@ def _from_bytes(ctx, data: bytes):
         # portable artifacts (VHLO; also what jax.export stores) are bytecode too; read in a
         # child process: damaged bytecode crashes jaxlib's readers (bytecode.py)
         return _parse(ctx, bytecode.generic_text(data), "MLIR bytecode")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        text = None
-    if text is not None and ("func" in text or "module" in text):
+    text = _text(data)
+    if text is not None:  # malformed text gets the text parser's line and column
         return _parse(ctx, text, "StableHLO text")
     from jax import export
 
@@ -99,9 +99,22 @@ def _from_bytes(ctx, data: bytes):
         exported = export.deserialize(bytearray(data))
     except Exception as exc:
         raise ParseError(
-            "bytes are neither MLIR bytecode, a StableHLO portable artifact, UTF-8 text, "
-            f"nor a serialized jax.export.Exported ({type(exc).__name__}: {exc})") from None
+            "bytes that are not text are neither MLIR bytecode, a StableHLO portable "
+            f"artifact, nor a serialized jax.export.Exported ({type(exc).__name__}: {exc})") \
+            from None
     return _from_exported(ctx, exported)
+
+
+def _text(data: bytes) -> str | None:
+    """``data`` as text if it is UTF-8 without NUL characters, as text files are; the binary
+    forms never are: bytecode and portable artifacts begin with ``ML\\xefR`` (not UTF-8),
+    and a serialized ``Exported`` holds bytecode and the NUL bytes of its flatbuffer."""
+    if b"\0" in data:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
 
 
 def _from_exported(ctx, exported):
@@ -162,16 +175,18 @@ def _to_mlir_module(ctx, source: Any):
 def normalize(source: Any) -> NormalizedModule:
     """Parse ``source``, legalise CHLO, refine dynamic shapes where constants determine
     them, and print the generic op form with locations."""
-    ctx = _context()
-    with ctx:
-        module = _to_mlir_module(ctx, source)
-        _refuse_reverse_scans(module)
-        _run(ctx, module, NORMALIZE_PIPELINE, "legalisation")
-        bare = module.operation.get_asm(print_generic_op_form=True, enable_debug_info=False)
-        if _DYNAMIC.search(bare):
-            _run(ctx, module, REFINE_PIPELINE, "shape refinement")
-            bare = None
-        return _printed(module, bare)
+    with stage("normalise"):
+        ctx = _context()
+        with ctx:
+            module = _to_mlir_module(ctx, source)
+            _refuse_reverse_scans(module)
+            _run(ctx, module, NORMALIZE_PIPELINE, "legalisation")
+            bare = module.operation.get_asm(print_generic_op_form=True,
+                                            enable_debug_info=False)
+            if _DYNAMIC.search(bare):
+                _run(ctx, module, REFINE_PIPELINE, "shape refinement")
+                bare = None
+            return _printed(module, bare)
 
 
 def _refuse_reverse_scans(module) -> None:
@@ -200,27 +215,28 @@ def specialise(normalized: NormalizedModule, types: list[str]) -> NormalizedModu
     from jax._src.interpreters.mlir import module_to_bytecode
     from jax._src.lib import _jax
 
-    ctx = _context()
-    with ctx:
-        module = _parse(ctx, normalized.text, "normalised module")
-        quoted = ",".join(types)
-        _run(ctx, module, f"builtin.module(stablehlo-refine-arguments{{types='{quoted}'}})",
-             "argument refinement")
-        try:  # JAX's own refinement: it checks and removes the shape assertions
-            refined = _jax.mlir.refine_polymorphic_shapes(
-                mlir_module=module_to_bytecode(module), enable_shape_assertions=True,
-                validate_static_shapes=True, enable_shardy=False)
-        except Exception as exc:
-            message = str(exc)
-            failed = re.search(r'loc\("shape_assertion"\): ([^\n]*)', message)
-            if failed:
-                raise ArgumentError(failed.group(1)) from None
-            raise UnsupportedError("module", "shape refinement at argument types "
-                                   f"{', '.join(types)} failed: {message.splitlines()[0]}") \
-                from None
-        module = _parse(ctx, refined, "refined module")
-        _run(ctx, module, REFINE_PIPELINE, "shape refinement")
-        return _printed(module)
+    with stage("specialise"):
+        ctx = _context()
+        with ctx:
+            module = _parse(ctx, normalized.text, "normalised module")
+            quoted = ",".join(types)
+            _run(ctx, module, f"builtin.module(stablehlo-refine-arguments{{types='{quoted}'}})",
+                 "argument refinement")
+            try:  # JAX's own refinement: it checks and removes the shape assertions
+                refined = _jax.mlir.refine_polymorphic_shapes(
+                    mlir_module=module_to_bytecode(module), enable_shape_assertions=True,
+                    validate_static_shapes=True, enable_shardy=False)
+            except Exception as exc:
+                message = str(exc)
+                failed = re.search(r'loc\("shape_assertion"\): ([^\n]*)', message)
+                if failed:
+                    raise ArgumentError(failed.group(1)) from None
+                raise UnsupportedError("module", "shape refinement at argument types "
+                                       f"{', '.join(types)} failed: {message.splitlines()[0]}") \
+                    from None
+            module = _parse(ctx, refined, "refined module")
+            _run(ctx, module, REFINE_PIPELINE, "shape refinement")
+            return _printed(module)
 
 
 def _run(ctx, module, pipeline: str, what: str) -> None:

@@ -50,11 +50,21 @@ from lark import Lark, Token, Transformer
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
 from .. import ir
-from ..errors import ParseError
+from ..errors import ParseError, pointed_line
 
 __all__ = ["parse_module", "GRAMMAR_PATH"]
 
-GRAMMAR_PATH = Path(__file__).resolve().parents[2] / "grammar" / "stablehlo.lark"
+
+def _grammar_path() -> Path:
+    """The grammar's one copy is ``grammar/stablehlo.lark`` at the top of the source tree;
+    an installed package holds it as ``hlo2dace/grammar/stablehlo.lark`` (pyproject.toml
+    maps the folder into the package)."""
+    package = Path(__file__).resolve().parents[1]
+    installed = package / "grammar" / "stablehlo.lark"
+    return installed if installed.is_file() else package.parent / "grammar" / "stablehlo.lark"
+
+
+GRAMMAR_PATH = _grammar_path()
 
 _EMPTY: Any = MappingProxyType({})
 
@@ -1041,24 +1051,8 @@ def _describe(error: UnexpectedInput, lark: Lark) -> str:
     return f"{what}; expected {'one of: ' if len(names) > 1 else ''}{', '.join(names)}"
 
 
-def _context(text: str, line: int | None, column: int | None) -> str:
-    """The offending line with a caret under the column (long lines are cut around it)."""
-    if line is None or line < 1:
-        return ""
-    lines = text.split("\n")
-    if line > len(lines):
-        return ""
-    source = lines[line - 1].rstrip("\r")
-    col = max(1, column or 1)
-    start = 0
-    if len(source) > 100:
-        start = max(0, col - 50)
-        source = source[start:start + 100]
-    return f"{source}\n{' ' * (col - 1 - start)}^"
-
-
 def _error(text: str, message: str, line: int | None, column: int | None) -> ParseError:
-    return ParseError(message, line, column, _context(text, line, column))
+    return ParseError(message, line, column, pointed_line(text, line, column))
 
 
 def _split_passes(text: str) -> tuple[str, str]:

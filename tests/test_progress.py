@@ -1,0 +1,164 @@
+"""Where compilation time goes: the stages of a compilation logged to the ``hlo2dace``
+logger with their durations, ``$HLO2DACE_LOG``, and the command line's display of them
+(on a terminal, or when forced; nothing otherwise)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import pty
+import re
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import hlo2dace
+from hlo2dace import cli, progress
+
+#: the stages of a first compilation, in order, and of one the disk cache serves
+BUILD_STAGES = ["JAX lowering", "normalise", "cache lookup", "parse", "translate", "C++ build"]
+CACHED_STAGES = ["JAX lowering", "normalise", "cache lookup"]
+
+
+def _f(x):
+    return jnp.cos(x) * 3.5 - x
+
+
+X = np.linspace(-1, 1, 6, dtype=np.float32)
+
+
+def _stage_records(records):
+    return [r for r in records if r.name == "hlo2dace" and getattr(r, "stage", None)]
+
+
+def test_jit_logs_each_stage_with_its_duration(caplog, monkeypatch, tmp_path):
+    monkeypatch.setenv("HLO2DACE_CACHE_DIR", str(tmp_path))
+    caplog.set_level(logging.INFO, logger="hlo2dace")
+    np.testing.assert_allclose(hlo2dace.jit(_f)(X), jax.jit(_f)(X), rtol=1e-6)
+    records = _stage_records(caplog.records)
+    assert [r.stage for r in records] == BUILD_STAGES
+    for record in records:
+        assert record.levelno == logging.INFO and record.seconds >= 0
+        assert re.fullmatch(rf"{re.escape(record.stage)}: \d+\.\d\d s( \(.*\))?",
+                            record.getMessage())
+    assert records[2].getMessage().endswith("(not found)")
+
+    caplog.clear()
+    hlo2dace.jit(_f)(X)  # a new function object: compiled again, found in the disk cache
+    records = _stage_records(caplog.records)
+    assert [r.stage for r in records] == CACHED_STAGES
+    assert records[-1].getMessage().endswith("(found)")
+
+
+def test_stage_begins_at_debug_and_an_exception_stops_it(caplog):
+    caplog.set_level(logging.DEBUG, logger="hlo2dace")
+    with pytest.raises(ValueError), progress.stage("testing"):
+        raise ValueError("no")
+    messages = [(r.levelno, r.getMessage()) for r in _stage_records(caplog.records)]
+    assert messages[0] == (logging.DEBUG, "testing ...")
+    assert messages[1][0] == logging.DEBUG
+    assert re.fullmatch(r"testing: stopped after \d+\.\d\d s \(ValueError\)", messages[1][1])
+
+
+@pytest.fixture
+def unconfigured_logger(monkeypatch):
+    """The hlo2dace logger with no level and no handler, restored afterwards."""
+    logger = progress.LOGGER
+    saved = list(logger.handlers), logger.level
+    logger.handlers.clear()
+    logger.setLevel(logging.NOTSET)
+    monkeypatch.setattr(progress, "_environment_read", False)
+    yield logger
+    logger.handlers[:] = saved[0]
+    logger.setLevel(saved[1])
+
+
+def test_hlo2dace_log_leaves_a_level_the_program_set(unconfigured_logger, monkeypatch):
+    monkeypatch.setenv("HLO2DACE_LOG", "debug")
+    unconfigured_logger.setLevel(logging.WARNING)
+    progress.configure_from_environment()
+    assert unconfigured_logger.level == logging.WARNING and not unconfigured_logger.handlers
+
+
+def test_hlo2dace_log_that_is_no_level_warns(unconfigured_logger, monkeypatch):
+    monkeypatch.setenv("HLO2DACE_LOG", "loud")
+    with pytest.warns(UserWarning, match="HLO2DACE_LOG='loud' is not a logging level"):
+        progress.configure_from_environment()
+    assert unconfigured_logger.level == logging.NOTSET and not unconfigured_logger.handlers
+
+
+@pytest.mark.parametrize("configured", [False, True], ids=["no logging", "basicConfig"])
+def test_hlo2dace_log_in_a_program(tmp_path, configured):
+    """A program that configured no logging gets the stages on stderr; one that did gets
+    them through its own handler, once."""
+    script = ("import logging, numpy as np, jax.numpy as jnp, hlo2dace\n"
+              + ("logging.basicConfig(format='mine %(name)s %(message)s')\n" if configured
+                 else "")
+              + "hlo2dace.jit(lambda x: jnp.sin(x) + 2)(np.ones(3))\n")
+    env = dict(os.environ, HLO2DACE_CACHE_DIR=str(tmp_path), HLO2DACE_LOG="info")
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    prefix = "mine hlo2dace " if configured else "hlo2dace: "
+    lines = [line[len(prefix):] for line in done.stderr.splitlines() if line.startswith(prefix)]
+    assert [line.split(":")[0] for line in lines] == BUILD_STAGES, done.stderr
+    assert configured != ("hlo2dace: " in done.stderr)
+
+
+@pytest.fixture
+def module_file(tmp_path, monkeypatch):
+    """A module and its inputs, and an empty cache: the command compiles it."""
+    monkeypatch.setenv("HLO2DACE_CACHE_DIR", str(tmp_path / "cache"))
+    path = tmp_path / "f.mlir"
+    path.write_text(jax.jit(_f).lower(X).as_text())
+    np.savez(tmp_path / "inputs.npz", arg_0=X)
+    return path
+
+
+def _run_command(path):
+    return ["run", str(path), "--inputs", str(path.with_name("inputs.npz"))]
+
+
+def test_cli_prints_no_stages_without_a_terminal(module_file, capsys):
+    handlers = list(progress.LOGGER.handlers)
+    assert cli.main(_run_command(module_file)) == 0
+    assert capsys.readouterr().err == ""
+    assert progress.LOGGER.handlers == handlers
+
+
+def test_cli_prints_the_stages_when_asked(module_file, capsys):
+    """Not on a terminal, each stage is one line, written when it ends."""
+    handlers, level = list(progress.LOGGER.handlers), progress.LOGGER.level
+    assert cli.main([*_run_command(module_file), "--progress"]) == 0
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split(":")[1].strip() for line in lines] == BUILD_STAGES[1:], lines
+    assert all(re.fullmatch(r"hlo2dace: [^:]+: \d+\.\d\d s( \(.*\))?", line) for line in lines)
+    assert progress.LOGGER.handlers == handlers and progress.LOGGER.level == level
+
+
+def test_cli_shows_the_stages_on_a_terminal(module_file):
+    """On a terminal, a stage's line appears when it begins and is completed in place."""
+    controller, terminal = pty.openpty()
+    try:
+        done = subprocess.run([sys.executable, "-m", "hlo2dace.cli", *_run_command(module_file)],
+                              stderr=terminal, stdout=subprocess.PIPE, timeout=300)
+    finally:
+        os.close(terminal)
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(controller, 1 << 16)
+        except OSError:  # the terminal's other end is closed and drained
+            break
+        if not chunk:
+            break
+        shown += chunk
+    os.close(controller)
+    assert done.returncode == 0
+    for name in map(re.escape, BUILD_STAGES[1:]):
+        assert re.search(rf"hlo2dace: {name} \.\.\.\rhlo2dace: {name}: \d+\.\d\d s",
+                         shown.decode()), shown
