@@ -10,6 +10,9 @@ from .compare import CompareReport, compare
 from .errors import ArgumentError, CompilationError, Hlo2DaceError, ParseError, UnsupportedError
 from .folders import CacheWarning
 
+# hlo2dace.jit functions under JAX's transformations (registers itself with api)
+from . import interop  # noqa: E402,F401  isort: skip
+
 __all__ = [
     "ArgumentError", "CacheWarning", "Compiled", "CompareReport", "CompilationError",
     "Hlo2DaceError", "JitFunction", "Lowered", "ParseError", "UnsupportedError", "compare",

@@ -15,31 +15,21 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from . import ir, optimize, runtime, symbolic
-from .errors import ArgumentError, CompilationError, Hlo2DaceError, UnsupportedError
+from .arguments import (
+    ARRAY_TYPES,
+    Results,
+    abstract,
+    as_array,
+    data_types,
+    inlining,
+    tensor_specs,
+    traced,
+)
+from .errors import ArgumentError, CompilationError, Hlo2DaceError
 from .frontend.normalize import NormalizedModule, normalize, specialise
 from .frontend.parser import GRAMMAR_PATH, parse_module
 from .frontend.sink import sink_constants
 from .progress import stage
-
-
-def _specs(types: Sequence[ir.Type], names: Sequence[str], what: str):
-    from .translate import dtypes
-
-    specs = []
-    for i, (t, name) in enumerate(zip(types, names)):
-        if not isinstance(t, ir.TensorType) or not t.is_static:
-            raise UnsupportedError("func.func", f"{what} {i} of type {t}")
-        element = dtypes.of(t, "func.func")
-        shape = tuple(d if isinstance(d, int) else str(d) for d in t.shape)
-        specs.append(runtime.TensorSpec(name, shape, element.numpy.name,
-                                        element.storage_numpy.name,
-                                        bits=element.narrow_bits is None))
-    return specs
-
-
-def _data(types: Sequence[ir.Type]) -> list[ir.Type]:
-    """The types of what a call passes or returns: tokens (ordered effects) are neither."""
-    return [t for t in types if not isinstance(t, ir.TokenType)]
 
 
 @functools.lru_cache(maxsize=1)
@@ -124,9 +114,9 @@ class Lowered:
                 raise CompilationError(f"internal error while translating: "
                                        f"{type(exc).__name__}: {exc}") from exc
             main = builder.entry
-            arguments = _specs(_data([v.type for v in main.arguments]),
+            arguments = tensor_specs(data_types([v.type for v in main.arguments]),
                                builder.argument_names, "argument")
-            results = _specs(_data(main.result_types), builder.result_names, "result")
+            results = tensor_specs(data_types(main.result_types), builder.result_names, "result")
             self._translation = (sdfg, arguments, results, builder.constants, signature)
         return self._translation
 
@@ -197,9 +187,9 @@ class SpecialisingProgram:
         self.lowered, self.reason = lowered, reason
         main = lowered.main
         self._all_types = [v.type for v in main.arguments]
-        self._types = _data(self._all_types)
+        self._types = data_types(self._all_types)
         names = {(s.argument, s.dim): s.name for s in reason.signature.symbols}
-        self.arguments = tuple(_specs([ir.TensorType(tuple(
+        self.arguments = tuple(tensor_specs([ir.TensorType(tuple(
             names.get((i, d), "?") if n is None else n for d, n in enumerate(t.shape)),
             t.element) for i, t in enumerate(self._types)],
                                       [f"arg{i}" for i in range(len(self._types))],
@@ -290,10 +280,21 @@ def _level(name: str | None) -> optimize.Level:
 # ---------------------------------------------------------------------------- jit
 
 
-#: argument types ``JitFunction`` keys its cache on directly (shape, dtype, weak type)
-_ARRAY_TYPES = (np.ndarray, *runtime.exported_array_types())
-#: marks such a key (a pytree's keys begin with its treedef)
+#: marks a ``JitFunction`` cache key of plain arrays (a pytree's keys begin with its treedef)
 _FLAT = "arrays"
+
+
+def _traced_call(jitted: JitFunction, args, kwargs):
+    raise Hlo2DaceError("hlo2dace.interop was not imported: an hlo2dace.jit function "
+                        "cannot run under a JAX transformation without it")
+
+
+def handle_traced_calls(handler: Callable) -> None:
+    """Make ``handler(jitted, args, kwargs)`` run the calls of ``hlo2dace.jit`` functions
+    whose arguments JAX traces (``interop.py`` registers itself so when the package is
+    imported; the stages here know nothing of JAX's transformations)."""
+    global _traced_call
+    _traced_call = handler
 
 
 class JitFunction:
@@ -304,27 +305,28 @@ class JitFunction:
                  polymorphic_shapes: Any = None, donate_argnums: Sequence[int] = ()):
         import jax
 
-        self._fun = fun
+        self.fun = fun
         #: arguments whose buffers a result may take inside jax.jit (``interop.py``)
-        self._donate_argnums = (donate_argnums,) if isinstance(donate_argnums, int) \
+        self.donate_argnums = (donate_argnums,) if isinstance(donate_argnums, int) \
             else tuple(donate_argnums)
         self._optimize = _level(optimize).name
         #: ``jax.export``'s shape specifications of the positional arguments, or None
         self._polymorphic_shapes = polymorphic_shapes
         self._polymorphic: dict = {}
-        self._static_argnums = tuple(sorted({static_argnums} if isinstance(static_argnums, int)
+        self.static_argnums = tuple(sorted({static_argnums} if isinstance(static_argnums, int)
                                             else set(static_argnums)))
         self._static_argnames = (static_argnames,) if isinstance(static_argnames, str) \
             else tuple(static_argnames)
-        self._jitted = jax.jit(fun, static_argnums=self._static_argnums,
+        self._jitted = jax.jit(fun, static_argnums=self.static_argnums,
                                static_argnames=self._static_argnames, keep_unused=True)
         self._cache: dict = {}
         self._lock = threading.Lock()
         functools.update_wrapper(self, fun)
 
-    def _split(self, args, kwargs):
-        dynamic_args = [a for i, a in enumerate(args) if i not in self._static_argnums]
-        static_args = tuple((i, a) for i, a in enumerate(args) if i in self._static_argnums)
+    def split_static(self, args, kwargs):
+        """The dynamic positional and keyword arguments, and the static ones as a key."""
+        dynamic_args = [a for i, a in enumerate(args) if i not in self.static_argnums]
+        static_args = tuple((i, a) for i, a in enumerate(args) if i in self.static_argnums)
         dynamic_kwargs = {k: v for k, v in kwargs.items() if k not in self._static_argnames}
         static_kwargs = tuple(sorted((k, v) for k, v in kwargs.items()
                                      if k in self._static_argnames))
@@ -333,39 +335,34 @@ class JitFunction:
     def _signature(self, args, kwargs):
         import jax
 
-        if not kwargs and not self._static_argnums and all(
-                type(a) in _ARRAY_TYPES for a in args):  # arrays only: no pytree to flatten
+        if not kwargs and not self.static_argnums and all(
+                type(a) in ARRAY_TYPES for a in args):  # arrays only: no pytree to flatten
             return (_FLAT, tuple((a.shape, a.dtype, getattr(a, "weak_type", False))
                                  for a in args), bool(jax.config.jax_enable_x64)), args
-        if kwargs or self._static_argnums:
-            dynamic_args, dynamic_kwargs, statics = self._split(args, kwargs)
+        if kwargs or self.static_argnums:
+            dynamic_args, dynamic_kwargs, statics = self.split_static(args, kwargs)
         else:  # the common case, without the copies
             dynamic_args, dynamic_kwargs, statics = list(args), {}, ((), ())
         leaves, tree = jax.tree_util.tree_flatten((dynamic_args, dynamic_kwargs))
-        abstract = tuple(_abstract(leaf) for leaf in leaves)
-        return (tree, abstract, statics, bool(jax.config.jax_enable_x64)), leaves
+        avals = tuple(abstract(leaf) for leaf in leaves)
+        return (tree, avals, statics, bool(jax.config.jax_enable_x64)), leaves
 
     def lower(self, *args, **kwargs) -> JitLowered:
         if self._polymorphic_shapes is not None:
             return self._lower_polymorphic(args, kwargs)
-        from . import interop
-
         # hlo2dace.jit functions that f calls join its program
-        with stage("JAX lowering"), interop.inlining():
+        with stage("JAX lowering"), inlining():
             traced = self._jitted.trace(*args, **kwargs)
             lowered = traced.lower()
-        name = getattr(self._fun, "__name__", "program")
+        name = getattr(self.fun, "__name__", "program")
         return JitLowered(normalize(lowered), name,
-                          _Results(lowered.out_tree, traced.jaxpr.out_avals), self._optimize)
+                          Results(lowered.out_tree, traced.jaxpr.out_avals), self._optimize)
 
     def __call__(self, *args, **kwargs):
 
         key, leaves = self._signature(args, kwargs)
-        if key[0] is not _FLAT:
-            from . import interop
-
-            if interop.traced(leaves):  # inside a JAX transformation (interop.py)
-                return interop.traced_call(self, args, kwargs)
+        if key[0] is not _FLAT and traced(leaves):  # inside a JAX transformation
+            return _traced_call(self, args, kwargs)
         entry = self._cache.get(key)
         if entry is None:
             with self._lock:
@@ -374,8 +371,8 @@ class JitFunction:
                     entry = self._cache[key] = self._compile(args, kwargs)
         compiled, results = entry
         program = compiled.program
-        arrays = [leaf if type(leaf) in _ARRAY_TYPES and leaf.dtype == dtype
-                  else _as_array(leaf, spec)
+        arrays = [leaf if type(leaf) in ARRAY_TYPES and leaf.dtype == dtype
+                  else as_array(leaf, spec)
                   for leaf, spec, dtype in zip(leaves, program.arguments,
                                                program.argument_dtypes)]
         return results.wrap(program(*arrays))
@@ -387,7 +384,7 @@ class JitFunction:
         if self._polymorphic_shapes is None:
             lowered = self.lower(*args, **kwargs)
             return lowered.compile(), lowered.results
-        specs = self._symbolic_specs(args, kwargs)
+        specs = self._symbolictensor_specs(args, kwargs)
         key = tuple((str(spec.shape), str(spec.dtype)) for spec in specs)
         entry = self._polymorphic.get(key)
         if entry is None:
@@ -395,14 +392,14 @@ class JitFunction:
             entry = self._polymorphic[key] = (lowered.compile(), lowered.results)
         return entry
 
-    def _symbolic_specs(self, args, kwargs):
+    def _symbolictensor_specs(self, args, kwargs):
         import jax
 
-        if kwargs or self._static_argnums or self._static_argnames:
+        if kwargs or self.static_argnums or self._static_argnames:
             raise ArgumentError("polymorphic_shapes takes positional array arguments only "
                                 "(no keyword or static arguments)")
         try:
-            return jax.export.symbolic_args_specs(args, self._polymorphic_shapes)
+            return jax.export.symbolic_argstensor_specs(args, self._polymorphic_shapes)
         except (ValueError, TypeError) as exc:
             raise ArgumentError(f"polymorphic_shapes {self._polymorphic_shapes!r}: {exc}") \
                 from None
@@ -412,104 +409,22 @@ class JitFunction:
         size, whose symbols the compiled program reads from its arguments."""
         import jax
 
-        specs = specs if specs is not None else self._symbolic_specs(args, kwargs)
+        specs = specs if specs is not None else self._symbolictensor_specs(args, kwargs)
         with stage("JAX export"):
             exported = jax.export.export(self._jitted, platforms=["cpu"])(*specs)
-        name = getattr(self._fun, "__name__", "program")
+        name = getattr(self.fun, "__name__", "program")
         return JitLowered(normalize(exported), name,
-                          _Results(exported.out_tree, exported.out_avals, polymorphic=True),
+                          Results(exported.out_tree, exported.out_avals, polymorphic=True),
                           self._optimize)
 
 
 class JitLowered(Lowered):
     """A lowering by ``hlo2dace.jit``: also knows how to rebuild the Python results."""
 
-    def __init__(self, normalized: NormalizedModule, name: str, results: _Results,
+    def __init__(self, normalized: NormalizedModule, name: str, results: Results,
                  optimize: str | None = None):
         super().__init__(normalized, name, optimize=optimize)
         self.results = results
-
-
-class _Results:
-    """Turns the compiled code's NumPy results into what ``jax.jit`` returns: ``jax.Array``s
-    with the avals (weak types included) of the lowering, typed PRNG keys, in its pytree.
-    Each array is put on the CPU device by jaxlib's ``batched_device_put`` with the aval
-    and sharding made here once: ``jax.device_put`` costs ten times as much per call."""
-
-    def __init__(self, tree, avals, polymorphic: bool = False):
-        import jax
-        from jax._src.lib import xla_client
-        from jax.sharding import SingleDeviceSharding
-
-        self.tree = tree
-        self.polymorphic = polymorphic
-        self.device = jax.devices("cpu")[0]
-        self.sharding = SingleDeviceSharding(self.device)
-        self.leaves = [(aval.dtype, None) if _is_key(aval.dtype) else (None, aval)
-                       for aval in avals]
-        self.concrete: dict[tuple[int, tuple], Any] = {}  # (leaf, shape) -> its aval
-        # looked up once: the imports and attribute lookups are on every call's path
-        self._put = xla_client.batched_device_put
-        self._unflatten = jax.tree_util.tree_unflatten
-        self._wrap_key = lambda array, key_type: jax.random.wrap_key_data(
-            jax.device_put(array), impl=key_type._impl)
-
-    def wrap(self, arrays: Sequence[np.ndarray]):
-        if self.polymorphic:  # the avals' symbolic sizes made concrete, once per shape
-            return self._unflatten(self.tree, [
-                self._put(self._concrete(k, aval, array.shape), self.sharding, [array],
-                          [self.device], False, False) if key_type is None
-                else self._wrap_key(array, key_type)
-                for k, (array, (key_type, aval)) in enumerate(zip(arrays, self.leaves))])
-        results = [self._put(aval, self.sharding, [array], [self.device], False, False)
-                   if key_type is None else self._wrap_key(array, key_type)
-                   for array, (key_type, aval) in zip(arrays, self.leaves)]
-        return self._unflatten(self.tree, results)
-
-
-    def _concrete(self, k: int, aval, shape: tuple):
-        concrete = self.concrete.get((k, shape))
-        if concrete is None:
-            concrete = self.concrete[(k, shape)] = aval.update(shape=shape)
-        return concrete
-
-
-def _abstract(leaf: Any):
-    if isinstance(leaf, (bool, int, float, complex)):
-        return (type(leaf),)
-    shape = getattr(leaf, "shape", None)
-    dtype = getattr(leaf, "dtype", None)
-    if shape is None or dtype is None:
-        leaf = np.asarray(leaf)
-        shape, dtype = leaf.shape, leaf.dtype
-    name = str(dtype) if _is_key(dtype) else np.dtype(dtype).str
-    return (tuple(shape), name, bool(getattr(leaf, "weak_type", False)))
-
-
-def _is_key(dtype: Any) -> bool:
-    """Typed PRNG keys (``jax.random.key``): StableHLO sees their uint32 key data."""
-    if dtype is None or isinstance(dtype, np.dtype):
-        return False
-    import jax
-
-    return jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
-
-
-def _as_array(leaf: Any, spec: runtime.TensorSpec) -> np.ndarray:
-    """A leaf as the NumPy array the compiled code takes: Python scalars, weakly typed
-    values and 64-bit arrays with x64 off take the dtype JAX gave them in the lowering."""
-    import jax
-
-    if isinstance(leaf, (bool, int, float, complex)):
-        return np.asarray(leaf, dtype=np.dtype(spec.dtype))
-    if _is_key(getattr(leaf, "dtype", None)):
-        leaf = jax.random.key_data(leaf)
-    array = np.asarray(leaf)
-    expected = np.dtype(spec.dtype)
-    if array.dtype != expected and (getattr(leaf, "weak_type", False)
-                                    or jax.dtypes.canonicalize_dtype(array.dtype) == expected):
-        array = array.astype(expected)
-    return array
 
 
 def jit(fun: Callable | None = None, *, static_argnums: Sequence[int] = (),

@@ -99,10 +99,10 @@ def random_inputs(specs, seed: int = 0) -> list[np.ndarray]:
 
 def _concrete(lowered, args) -> list:
     """The argument specs at the ``--shape`` sizes (random inputs are made from them)."""
-    from .api import _data, _specs
+    from .arguments import data_types, tensor_specs
 
-    types = _data(lowered.argument_types(_sizes(args)))
-    return _specs(types, [f"arg{i}" for i in range(len(types))], "argument")
+    types = data_types(lowered.argument_types(_sizes(args)))
+    return tensor_specs(types, [f"arg{i}" for i in range(len(types))], "argument")
 
 
 def _run(args) -> int:

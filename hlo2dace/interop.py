@@ -22,7 +22,6 @@ Programs, traces and transformed functions are made once per function and signat
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import functools
 import hashlib
@@ -42,7 +41,8 @@ import numpy as np
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
-from . import api, folders, runtime
+from . import api, arguments, folders, runtime
+from .arguments import inlining
 from .errors import UnsupportedError
 from .frontend.normalize import normalize
 
@@ -133,24 +133,6 @@ def _build(library: Path, include: str) -> None:
 # ---------------------------------------------------------------------- functions
 
 
-_inline = threading.local()
-
-
-@contextlib.contextmanager
-def inlining():
-    """While hlo2dace lowers a function, the ``hlo2dace.jit`` functions it calls are traced
-    into it: the whole program is compiled by DaCe, with no foreign call inside."""
-    _inline.depth = getattr(_inline, "depth", 0) + 1
-    try:
-        yield
-    finally:
-        _inline.depth -= 1
-
-
-def _inlined() -> bool:
-    return getattr(_inline, "depth", 0) > 0
-
-
 def _signature(avals: Sequence[Any]) -> tuple:
     return (tuple((tuple(a.shape), np.dtype(a.dtype).str, bool(a.weak_type)) for a in avals),
             bool(jax.config.jax_enable_x64))
@@ -179,7 +161,7 @@ class Function:
         self._jitted = jax.jit(fun, keep_unused=True)
         self._lock = threading.RLock()
         self._traces: dict[tuple, Any] = {}
-        self._programs: dict[tuple, tuple[runtime.Program, api._Results]] = {}
+        self._programs: dict[tuple, tuple[runtime.Program, arguments.Results]] = {}
         self._derived: dict[tuple, Function] = {}
         self._in_place: dict[Path, dict[int, int]] = {}
         #: outside any jit: the primitive alone as an XLA executable (an FFI call)
@@ -209,7 +191,7 @@ class Function:
     def out_avals(self, avals: Sequence[Any]) -> list[Any]:
         return list(self.trace(avals).jaxpr.out_avals)
 
-    def program(self, avals: Sequence[Any]) -> tuple[runtime.Program, api._Results]:
+    def program(self, avals: Sequence[Any]) -> tuple[runtime.Program, arguments.Results]:
         """The compiled program for arguments of ``avals``, and its results' wrapper."""
         key = _signature(avals)
         entry = self._programs.get(key)
@@ -226,7 +208,7 @@ class Function:
                         raise _closure_error(self.name)
                     out = traced.jaxpr.out_avals
                     tree = jax.tree_util.tree_structure([0] * len(out))
-                    entry = self._programs[key] = (program, api._Results(tree, out))
+                    entry = self._programs[key] = (program, arguments.Results(tree, out))
         return entry
 
     def in_place(self, program: runtime.Program) -> dict[int, int]:
@@ -262,7 +244,7 @@ def _function_of(jitted: api.JitFunction, tree, statics, donated) -> Function:
     function = table.get((tree, statics, donated))
     if function is None:
         (static_args, static_kwargs) = statics
-        fun = jitted._fun
+        fun = jitted.fun
 
         def traced_function(*leaves):  # its name is in the module: no user's program's
             dynamic_args, dynamic_kwargs = jax.tree_util.tree_unflatten(tree, leaves)
@@ -277,21 +259,13 @@ def _function_of(jitted: api.JitFunction, tree, statics, donated) -> Function:
     return function
 
 
-def traced(leaves: Sequence[Any]) -> bool:
-    """True if any leaf is a JAX tracer: the call is inside a transformation."""
-    for leaf in leaves:
-        if isinstance(leaf, _Tracer):
-            return True
-    return False
-
-
 def _donated_leaves(jitted: api.JitFunction, args: Sequence[Any],
                     dynamic_kwargs: dict[str, Any]) -> tuple[int, ...]:
     """The positions of the donated arguments' leaves among the dynamic arguments'."""
-    if not jitted._donate_argnums:
+    if not jitted.donate_argnums:
         return ()
-    marks = [jax.tree_util.tree_map(lambda _, d=i in jitted._donate_argnums: d, arg)
-             for i, arg in enumerate(args) if i not in jitted._static_argnums]
+    marks = [jax.tree_util.tree_map(lambda _, d=i in jitted.donate_argnums: d, arg)
+             for i, arg in enumerate(args) if i not in jitted.static_argnums]
     flags = jax.tree_util.tree_leaves(
         (marks, jax.tree_util.tree_map(lambda _: False, dynamic_kwargs)))
     return tuple(k for k, flag in enumerate(flags) if flag)
@@ -299,11 +273,11 @@ def _donated_leaves(jitted: api.JitFunction, args: Sequence[Any],
 
 def traced_call(jitted: api.JitFunction, args: Sequence[Any], kwargs: dict[str, Any]):
     """``jitted(*args, **kwargs)`` where some argument is a JAX tracer: one primitive."""
-    if _inlined():
-        return jitted._fun(*args, **kwargs)
-    dynamic_args, dynamic_kwargs, statics = jitted._split(args, kwargs)
+    if arguments.inlined():
+        return jitted.fun(*args, **kwargs)
+    dynamic_args, dynamic_kwargs, statics = jitted.split_static(args, kwargs)
     leaves, tree = jax.tree_util.tree_flatten((dynamic_args, dynamic_kwargs))
-    if any(api._is_key(getattr(leaf, "dtype", None)) for leaf in leaves):
+    if any(arguments.is_key(getattr(leaf, "dtype", None)) for leaf in leaves):
         raise UnsupportedError("hlo2dace.jit", "typed PRNG keys as arguments under a JAX "
                                "transformation; pass jax.random.key_data(key)")
     leaves = [leaf if isinstance(leaf, (jax.Array, _Tracer)) else jax.numpy.asarray(leaf)
@@ -324,7 +298,7 @@ call_p.multiple_results = True
 
 def _abstract_eval(*avals, fn: Function):
     out_avals = fn.out_avals(avals)
-    if any(api._is_key(aval.dtype) for aval in out_avals):
+    if any(arguments.is_key(aval.dtype) for aval in out_avals):
         raise UnsupportedError("hlo2dace.jit", "typed PRNG keys as results under a JAX "
                                "transformation; return jax.random.key_data(key)")
     return out_avals
@@ -337,7 +311,8 @@ def _impl(*arrays, fn: Function):
     if ffi_library() is not None:
         return fn.dispatch(*arrays)
     program, results = fn.program([jax.typeof(a) for a in arrays])
-    arrays = [a if type(a) in api._ARRAY_TYPES and a.dtype == dtype else api._as_array(a, spec)
+    arrays = [a if type(a) in arguments.ARRAY_TYPES and a.dtype == dtype
+              else arguments.as_array(a, spec)
               for a, spec, dtype in zip(arrays, program.arguments, program.argument_dtypes)]
     outputs = program(*arrays)
     _counted()
@@ -356,7 +331,7 @@ def _lowering(ctx, *operands, fn: Function):
     """Inside ``jax.jit``: the FFI call (or a callback) of the compiled program. While
     hlo2dace itself lowers, the function's own StableHLO, so DaCe compiles one program;
     for ``jax.export`` too, as addresses mean nothing in another process."""
-    if _inlined() or ctx.module_context.lowering_parameters.for_export:
+    if arguments.inlined() or ctx.module_context.lowering_parameters.for_export:
         return mlir.lower_fun(fn.leaves, multiple_results=True)(ctx, *operands)
     program, _ = fn.program(ctx.avals_in)
     entry = program.c_entry() if ffi_library() is not None and _ffi_ready(program) else None
@@ -551,3 +526,4 @@ ad.primitive_jvps[call_p] = _jvp
 ad.primitive_transposes[call_p] = _transpose
 batching.primitive_batchers[call_p] = _batch
 mlir.register_lowering(call_p, _lowering, platform="cpu")
+api.handle_traced_calls(traced_call)

@@ -1,0 +1,150 @@
+"""What crosses between Python and a compiled program: the argument and result specs of a
+module's entry function, pytree leaves as the arrays the program takes, its NumPy results
+as the ``jax.Array``s ``jax.jit`` would return, and whether a call is traced by JAX.
+``api.py`` (the public stages), ``interop.py`` (JAX's transformations) and ``cli.py`` use
+them."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from typing import Any, Sequence
+
+import numpy as np
+
+from . import ir, runtime
+from .errors import UnsupportedError
+
+
+def tensor_specs(types: Sequence[ir.Type], names: Sequence[str], what: str):
+    from .translate import dtypes
+
+    specs = []
+    for i, (t, name) in enumerate(zip(types, names)):
+        if not isinstance(t, ir.TensorType) or not t.is_static:
+            raise UnsupportedError("func.func", f"{what} {i} of type {t}")
+        element = dtypes.of(t, "func.func")
+        shape = tuple(d if isinstance(d, int) else str(d) for d in t.shape)
+        specs.append(runtime.TensorSpec(name, shape, element.numpy.name,
+                                        element.storage_numpy.name,
+                                        bits=element.narrow_bits is None))
+    return specs
+
+
+def data_types(types: Sequence[ir.Type]) -> list[ir.Type]:
+    """The types of what a call passes or returns: tokens (ordered effects) are neither."""
+    return [t for t in types if not isinstance(t, ir.TokenType)]
+
+
+#: argument types ``JitFunction`` keys its cache on directly (shape, dtype, weak type)
+ARRAY_TYPES = (np.ndarray, *runtime.exported_array_types())
+
+
+class Results:
+    """Turns the compiled code's NumPy results into what ``jax.jit`` returns: ``jax.Array``s
+    with the avals (weak types included) of the lowering, typed PRNG keys, in its pytree.
+    Each array is put on the CPU device by jaxlib's ``batched_device_put`` with the aval
+    and sharding made here once: ``jax.device_put`` costs ten times as much per call."""
+
+    def __init__(self, tree, avals, polymorphic: bool = False):
+        import jax
+        from jax._src.lib import xla_client
+        from jax.sharding import SingleDeviceSharding
+
+        self.tree = tree
+        self.polymorphic = polymorphic
+        self.device = jax.devices("cpu")[0]
+        self.sharding = SingleDeviceSharding(self.device)
+        self.leaves = [(aval.dtype, None) if is_key(aval.dtype) else (None, aval)
+                       for aval in avals]
+        self.concrete: dict[tuple[int, tuple], Any] = {}  # (leaf, shape) -> its aval
+        # looked up once: the imports and attribute lookups are on every call's path
+        self._put = xla_client.batched_device_put
+        self._unflatten = jax.tree_util.tree_unflatten
+        self._wrap_key = lambda array, key_type: jax.random.wrap_key_data(
+            jax.device_put(array), impl=key_type._impl)
+
+    def wrap(self, arrays: Sequence[np.ndarray]):
+        if self.polymorphic:  # the avals' symbolic sizes made concrete, once per shape
+            return self._unflatten(self.tree, [
+                self._put(self._concrete(k, aval, array.shape), self.sharding, [array],
+                          [self.device], False, False) if key_type is None
+                else self._wrap_key(array, key_type)
+                for k, (array, (key_type, aval)) in enumerate(zip(arrays, self.leaves))])
+        results = [self._put(aval, self.sharding, [array], [self.device], False, False)
+                   if key_type is None else self._wrap_key(array, key_type)
+                   for array, (key_type, aval) in zip(arrays, self.leaves)]
+        return self._unflatten(self.tree, results)
+
+
+    def _concrete(self, k: int, aval, shape: tuple):
+        concrete = self.concrete.get((k, shape))
+        if concrete is None:
+            concrete = self.concrete[(k, shape)] = aval.update(shape=shape)
+        return concrete
+
+
+def abstract(leaf: Any):
+    if isinstance(leaf, (bool, int, float, complex)):
+        return (type(leaf),)
+    shape = getattr(leaf, "shape", None)
+    dtype = getattr(leaf, "dtype", None)
+    if shape is None or dtype is None:
+        leaf = np.asarray(leaf)
+        shape, dtype = leaf.shape, leaf.dtype
+    name = str(dtype) if is_key(dtype) else np.dtype(dtype).str
+    return (tuple(shape), name, bool(getattr(leaf, "weak_type", False)))
+
+
+def is_key(dtype: Any) -> bool:
+    """Typed PRNG keys (``jax.random.key``): StableHLO sees their uint32 key data."""
+    if dtype is None or isinstance(dtype, np.dtype):
+        return False
+    import jax
+
+    return jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
+
+
+def as_array(leaf: Any, spec: runtime.TensorSpec) -> np.ndarray:
+    """A leaf as the NumPy array the compiled code takes: Python scalars, weakly typed
+    values and 64-bit arrays with x64 off take the dtype JAX gave them in the lowering."""
+    import jax
+
+    if isinstance(leaf, (bool, int, float, complex)):
+        return np.asarray(leaf, dtype=np.dtype(spec.dtype))
+    if is_key(getattr(leaf, "dtype", None)):
+        leaf = jax.random.key_data(leaf)
+    array = np.asarray(leaf)
+    expected = np.dtype(spec.dtype)
+    if array.dtype != expected and (getattr(leaf, "weak_type", False)
+                                    or jax.dtypes.canonicalize_dtype(array.dtype) == expected):
+        array = array.astype(expected)
+    return array
+
+
+
+
+_inline = threading.local()
+
+
+@contextlib.contextmanager
+def inlining():
+    """While hlo2dace lowers a function, the ``hlo2dace.jit`` functions it calls are traced
+    into it: the whole program is compiled by DaCe, with no foreign call inside."""
+    _inline.depth = getattr(_inline, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _inline.depth -= 1
+
+
+def inlined() -> bool:
+    """Whether hlo2dace is lowering a function on this thread (``inlining``)."""
+    return getattr(_inline, "depth", 0) > 0
+
+
+def traced(leaves: Sequence[Any]) -> bool:
+    """True if any leaf is a JAX tracer: the call is inside a transformation."""
+    from jax.core import Tracer
+
+    return any(isinstance(leaf, Tracer) for leaf in leaves)
