@@ -982,7 +982,7 @@ class Builder:
                                            f"type {t} (shapes must agree)")
             self.add_elementwise(op)
             return
-        registry.translator(op).translate(self, op)
+        registry.translator(op, self.target)(self, op)
 
     def call_function(self, function: ir.Function, arguments: Sequence[Binding],
                       destinations: Sequence[str | None] = ()) -> list[Binding]:

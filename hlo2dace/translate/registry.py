@@ -1,22 +1,41 @@
-"""Op name -> translator. Op families register themselves with the decorators below when
-``hlo2dace.translate`` imports them; the builder looks ops up here and never names a family.
+"""Everything hlo2dace knows about an op, in one record per op name (``OpRecord``), filled
+by the op's family beside its translator when ``hlo2dace.translate`` imports the family,
+as JAX keeps a primitive's rules on adjacent lines of ``lax.py``. The builder, the
+symbolic-shape pass (``symbolic.py``), known values (``known.py``), loops (``control.py``)
+and fusion ask the record; none of them names an op.
 
-Two kinds of translator exist:
+A record holds:
 
-* an **op translator** ``fn(builder, op)`` emits SDFG nodes for the op (copies, library
-  nodes, nested control flow) and binds the op's results with ``builder.bind``;
-* an **elementwise rule** ``fn(op, args, types) -> str`` returns a C++ expression over the
-  operands' scalar expressions. The builder fuses connected elementwise ops of one shape
-  into a single map, one tasklet per op; see ``builder.ElementwiseCluster``.
+* translators by **target** (``register(name, target="cpu")``, as JAX registers lowerings
+  per platform): ``fn(builder, op)`` emits the op and returns the bindings of its results,
+  one per result, which the builder checks and binds;
+* or an **elementwise rule** (``register_elementwise``): a C++ expression over the
+  operands' scalar expressions; the builder fuses such ops into one map
+  (``fusion.py``);
+* ``shape_rule`` and ``value_rule``: the op's result shapes and known contents as
+  expressions of a module's size symbols (``symbolic.py``); an op with a shape rule keeps
+  symbolic sizes (every elementwise op does);
+* ``known``: its result from known integer operands, with NumPy (``known.py``);
+* ``in_place``: which operand's array it may write which result into;
+* ``expensive``: tens of simple ops (a transcendental function): a pending value it
+  computes is written once rather than recomputed by each of its readers;
+* ``identity``: as the one op of a reducer body, its exact identity per element type, so
+  that a reduction may fold in any grouping (lanes, chunks);
+* ``scalar_alias``: on one element, its result is its first operand (reshapes and
+  broadcasts inside reducer bodies and comparators).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
 
 from .. import ir
 from ..errors import UnsupportedError
+
+#: the target whose translators the builder uses unless told otherwise
+DEFAULT_TARGET = "cpu"
 
 
 @dataclass(frozen=True)
@@ -25,7 +44,6 @@ class ElementwiseRule:
     operands in their compute types; the result is a C++ expression of ``out_type``."""
 
     expression: Callable
-    family: str
     #: ``when(op)``: whether this op is elementwise at all; if not, the op translator
     #: registered under the same name handles it (bitcast_convert between widths)
     when: Callable | None = None
@@ -41,62 +59,121 @@ class ElementwiseRule:
 
 
 @dataclass(frozen=True)
-class OpTranslator:
-    translate: Callable
-    family: str
+class OpRecord:
+    """What hlo2dace knows about one op (see the module's docstring)."""
+
+    name: str
+    family: str = ""
+    translators: Mapping[str, Callable] = field(default_factory=dict)
+    elementwise: ElementwiseRule | None = None
+    #: ``rule(inference, op, operands, shapes, knowns, env)`` (``symbolic.py``)
+    shape_rule: Callable | None = None
+    #: ``rule(op, knowns, shapes)`` -> the known contents of the one result, or None
+    value_rule: Callable | None = None
+    #: ``known(op, operand)`` -> the result as a NumPy array, or None if the op's
+    #: semantics are not NumPy's there; ``operand(k)`` gives the k-th operand's values
+    known: Callable | None = None
+    #: ``in_place(op, module)`` -> {operand index: result index}: the result may be
+    #: written into the operand's array, each element after the op has read what it needs
+    #: of it (the operand read at the position it writes, or updated in a window)
+    in_place: Callable | None = None
+    expensive: bool = False
+    #: ``identity(element)`` -> the exact identity for the ``ElementType``, or None
+    identity: Callable | None = None
+    scalar_alias: bool = False
+
+    def translator(self, target: str) -> Callable | None:
+        return self.translators.get(target)
 
 
-_OPS: dict[str, OpTranslator] = {}
-_ELEMENTWISE: dict[str, ElementwiseRule] = {}
+_RECORDS: dict[str, OpRecord] = {}
 
 
 def _family_of(fn: Callable) -> str:
     return fn.__module__.rsplit(".", 1)[-1]
 
 
-def register(*names: str):
-    """Register ``fn(builder, op)`` as the translator of the ops ``names``."""
+def define(name: str, **properties: Any) -> OpRecord:
+    """Set ``properties`` (fields of ``OpRecord``) of the op ``name``'s record, making it
+    if needed; a property set twice to different values is an error."""
+    record = _RECORDS.get(name) or OpRecord(name)
+    for key, value in properties.items():
+        old = getattr(record, key)
+        if old not in (None, False, "", {}) and old != value and key != "translators":
+            raise ValueError(f"{name}: {key} is defined twice")
+    record = _RECORDS[name] = dataclasses.replace(record, **properties)
+    return record
+
+
+def register(*names: str, target: str = DEFAULT_TARGET, **properties: Any):
+    """Register ``fn(builder, op) -> results`` as the translator of the ops ``names`` on
+    ``target``, with the other ``properties`` of their records."""
 
     def decorate(fn):
         for name in names:
-            rule = _ELEMENTWISE.get(name)
-            if name in _OPS or (rule is not None and rule.when is None):
-                raise ValueError(f"{name} is registered twice")
-            _OPS[name] = OpTranslator(fn, _family_of(fn))
+            record = _RECORDS.get(name)
+            if record is not None and (target in record.translators or (
+                    record.elementwise is not None and record.elementwise.when is None)):
+                raise ValueError(f"{name} is registered twice for {target}")
+            translators = dict(record.translators) if record else {}
+            translators[target] = fn
+            family = record.family if record and record.family else _family_of(fn)
+            define(name, translators=translators, family=family, **properties)
         return fn
 
     return decorate
 
 
-def register_elementwise(name: str, expression: Callable, family: str = "elementwise",
-                         when: Callable | None = None, indexed: bool = False):
-    if name in _ELEMENTWISE or (name in _OPS and when is None):
+def register_elementwise(name: str, expression: Callable, when: Callable | None = None,
+                         indexed: bool = False, family: str | None = None,
+                         **properties: Any) -> None:
+    """Register the C++ ``expression`` of the elementwise op ``name`` (for every target),
+    with the other ``properties`` of its record."""
+    record = _RECORDS.get(name)
+    if record is not None and (record.elementwise is not None
+                               or (record.translators and when is None)):
         raise ValueError(f"{name} is registered twice")
-    _ELEMENTWISE[name] = ElementwiseRule(expression, family, when, indexed)
+    define(name, elementwise=ElementwiseRule(expression, when, indexed),
+           family=family or _family_of(expression), **properties)
+
+
+def record(name: str) -> OpRecord:
+    """The record of ``name`` (an empty one for an op nothing registered)."""
+    return _RECORDS.get(name) or OpRecord(name)
 
 
 def elementwise_rule(op: ir.Op) -> ElementwiseRule | None:
     """The op's elementwise rule, or None if it is translated by an op translator."""
-    rule = _ELEMENTWISE.get(op.name)
+    rule = record(op.name).elementwise
     if rule is None or (rule.when is not None and not rule.when(op)):
         return None
     return rule
 
 
+def translator(op: ir.Op, target: str = DEFAULT_TARGET) -> Callable:
+    """The translator of ``op`` on ``target``; UnsupportedError if it has none."""
+    found = record(op.name)
+    fn = found.translator(target)
+    if fn is None:
+        where = [t for t in found.translators]
+        reason = (f"no translator for this op on the {target} target (only on "
+                  f"{', '.join(where)})" if where else "no translator for this op")
+        raise UnsupportedError(op.name, reason, op.location,
+                               ["see docs/ops.md for the list of supported ops"])
+    return fn
+
+
 def elementwise_names() -> list[str]:
-    return sorted(_ELEMENTWISE)
+    return sorted(name for name, r in _RECORDS.items() if r.elementwise is not None)
 
 
-def translator(op: ir.Op) -> OpTranslator:
-    try:
-        return _OPS[op.name]
-    except KeyError:
-        raise UnsupportedError(op.name, "no translator for this op", op.location,
-                               ["see docs/ops.md for the list of supported ops"]) from None
+def supported_ops(target: str = DEFAULT_TARGET) -> dict[str, str]:
+    """Every op name that translates on ``target``, and the family that translates it."""
+    return dict(sorted((name, r.family) for name, r in _RECORDS.items()
+                       if r.elementwise is not None or target in r.translators))
 
 
-def supported_ops() -> dict[str, str]:
-    """Every registered op name and the family that translates it."""
-    table = {name: r.family for name, r in _ELEMENTWISE.items()}
-    table.update({name: t.family for name, t in _OPS.items() if name not in table})
-    return dict(sorted(table.items()))
+def symbolic_ops() -> list[str]:
+    """The ops that keep symbolic sizes: those with a shape rule, and elementwise ones."""
+    return sorted(name for name, r in _RECORDS.items()
+                  if r.shape_rule is not None or r.elementwise is not None)
