@@ -384,7 +384,7 @@ class JitFunction:
         if self._polymorphic_shapes is None:
             lowered = self.lower(*args, **kwargs)
             return lowered.compile(), lowered.results
-        specs = self._symbolictensor_specs(args, kwargs)
+        specs = self._symbolic_specs(args, kwargs)
         key = tuple((str(spec.shape), str(spec.dtype)) for spec in specs)
         entry = self._polymorphic.get(key)
         if entry is None:
@@ -392,14 +392,14 @@ class JitFunction:
             entry = self._polymorphic[key] = (lowered.compile(), lowered.results)
         return entry
 
-    def _symbolictensor_specs(self, args, kwargs):
+    def _symbolic_specs(self, args, kwargs):
         import jax
 
         if kwargs or self.static_argnums or self._static_argnames:
             raise ArgumentError("polymorphic_shapes takes positional array arguments only "
                                 "(no keyword or static arguments)")
         try:
-            return jax.export.symbolic_argstensor_specs(args, self._polymorphic_shapes)
+            return jax.export.symbolic_args_specs(args, self._polymorphic_shapes)
         except (ValueError, TypeError) as exc:
             raise ArgumentError(f"polymorphic_shapes {self._polymorphic_shapes!r}: {exc}") \
                 from None
@@ -409,7 +409,7 @@ class JitFunction:
         size, whose symbols the compiled program reads from its arguments."""
         import jax
 
-        specs = specs if specs is not None else self._symbolictensor_specs(args, kwargs)
+        specs = specs if specs is not None else self._symbolic_specs(args, kwargs)
         with stage("JAX export"):
             exported = jax.export.export(self._jitted, platforms=["cpu"])(*specs)
         name = getattr(self.fun, "__name__", "program")
