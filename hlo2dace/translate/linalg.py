@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Sequence, Union
 
 import dace
+import ml_dtypes
 
 from .. import ir, symbolic
 from . import dtypes
@@ -73,17 +74,16 @@ def blas_implementation() -> str:
 # ------------------------------------------------------------------- element types
 
 
-_FLOAT_FORMATS = {"f16": (16, 11), "bf16": (128, 8), "f32": (128, 24), "f64": (1024, 53)}
-_BITS = {"i1": 1, "f16": 16, "bf16": 16, "f32": 32, "f64": 64}
-
-
 def precision_key(element: ElementType) -> tuple:
     """XLA's order of precision (primitive_util::HigherPrecisionType): complex over real,
     then a float's range and significand, then bit width, then signed over unsigned."""
-    component = {"complex<f32>": "f32", "complex<f64>": "f64"}.get(element.element,
-                                                                    element.element)
-    overflow, significand = _FLOAT_FORMATS.get(component, (-1, -1))
-    bits = _BITS.get(component) or element.narrow_bits or element.numpy.itemsize * 8
+    component = dtypes.element_type({"complex<f32>": "f32", "complex<f64>": "f64"}.get(
+        element.element, element.element))
+    overflow = significand = -1
+    if component.is_float:
+        info = ml_dtypes.finfo(component.numpy)
+        overflow, significand = info.maxexp, info.nmant + 1
+    bits = 1 if element.is_bool else component.bits
     return (element.is_complex, overflow, significand, bits,
             element.is_integer and not element.is_unsigned)
 

@@ -249,7 +249,12 @@ def _identity(op: ir.Op) -> object | None:
         table = {"stablehlo.add": -0.0, "stablehlo.multiply": 1.0,
                  "stablehlo.maximum": -np.inf, "stablehlo.minimum": np.inf}
     value = table.get(reducer.name)
-    return None if value is None else np.array(value).astype(dtype)[()]
+    if value is None:
+        return None
+    identity = np.array(value).astype(dtype)[()]
+    if element.is_float and float(identity) != value:
+        return None  # not in the type (no infinity in f8E4M3FN, no zero in f8E8M0FNU)
+    return identity
 
 
 @register("stablehlo.reduce")
