@@ -584,6 +584,48 @@ inline float reduce_precision_f16(float x, int exponent_bits, int mantissa_bits)
         float_to_f16(x), exponent_bits, mantissa_bits));
 }
 
+// ------------------------------------------------------------------ scans
+// A scan (a reduce_window whose window spans its dimension: cumsum, cumprod...) as XLA
+// computes it: one of up to 16 elements folds each output's window in index order (from
+// the init value; `forward` false: the elements from the output's on); a longer one is
+// rewritten by XLA's ReduceWindowRewriter into scans of blocks of 16 (the last padded
+// with the init value), a scan of the blocks' totals (the same way, recursively), and
+// the body applied to an element's block scan and the totals before its block. Each body
+// application is XLA's, so each rounding is too.
+constexpr int64_t kScanBlock = 16;
+template <typename T, typename Body>
+void xla_scan(const std::vector<T>& x, T init, const Body& body, bool forward,
+              std::vector<T>& out) {
+    const int64_t n = (int64_t)x.size();
+    out.resize(n);
+    if (n <= kScanBlock) {
+        for (int64_t i = 0; i < n; ++i) {
+            T acc = init;
+            for (int64_t k = forward ? 0 : i; k < (forward ? i + 1 : n); ++k) acc = body(acc, x[k]);
+            out[i] = acc;
+        }
+        return;
+    }
+    const int64_t blocks = (n + kScanBlock - 1) / kScanBlock;
+    std::vector<T> block(kScanBlock), scanned, totals(blocks), inner(blocks * kScanBlock), across;
+    for (int64_t b = 0; b < blocks; ++b) {
+        for (int64_t j = 0; j < kScanBlock; ++j) {
+            const int64_t k = b * kScanBlock + j;
+            block[j] = k < n ? x[k] : init;
+        }
+        xla_scan(block, init, body, forward, scanned);
+        std::copy(scanned.begin(), scanned.end(), inner.begin() + b * kScanBlock);
+        totals[b] = scanned[forward ? kScanBlock - 1 : 0];
+    }
+    xla_scan(totals, init, body, forward, across);
+    for (int64_t i = 0; i < n; ++i) {
+        const int64_t b = i / kScanBlock;
+        const T before = forward ? (b == 0 ? init : across[b - 1])
+                                 : (b == blocks - 1 ? init : across[b + 1]);
+        out[i] = body(inner[i], before);
+    }
+}
+
 // ------------------------------------------------------------------ transcendental
 // Real functions as XLA computes them: a denormal argument of expm1 and (f32) tanh comes
 // back unchanged, log and log1p read it as zero (DAZ). XLA's own f32 approximations of exp, log,
