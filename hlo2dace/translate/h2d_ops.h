@@ -631,8 +631,70 @@ void xla_scan(const std::vector<T>& x, T init, const Body& body, bool forward,
 // back unchanged, log and log1p read it as zero (DAZ). XLA's own f32 approximations of exp, log,
 // tanh, rsqrt... differ from the C library's by a few ULP (the tests allow for that).
 template <typename R> inline R rsqrt_r(R a) { return R(1) / std::sqrt(a); }
+// XLA's own f64 exponential and expm1, which its CPU backend inlines (exp: a rational
+// approximation of e^g after reducing by n ln 2, scaled by 2^n in four factors; expm1:
+// e^x - 1 above |x| = 0.5, else tanh(x / 2) (e^x + 1) with XLA's rational tanh); LLVM
+// contracts their products and sums into FMAs, hence std::fma. Bit for bit XLA's results.
+inline double xla_exp(double x) {
+    constexpr double lo = -0x1.6232bdd7abcd2p+9, hi = 0x1.62e42fefa39efp+9;
+    const double clamped = blend(x < lo, lo, blend(x > hi, hi, x));  // NaN stays NaN
+    // n = floor(x log2(e) + 1/2), by a conversion to an integer (std::floor does not
+    // vectorise without -fno-trapping-math); |x| is clamped, so n fits; NaN gives 0
+    const double t = std::fma(clamped, 0x1.71547652b82fep+0, 0.5);
+    const double t_number = blend(t != t, 0.0, t);
+    int64_t k = (int64_t)t_number;
+    k -= (double)k > t_number;
+    const double n = (double)k;
+    double g = std::fma(-n, 0x1.62e4000000000p-1, clamped);
+    g = std::fma(-n, 0x1.7f7d1cf79abcap-20, g);
+    const double gg = g * g;
+    const double p = std::fma(std::fma(gg, 0x1.089cdd5e44be8p-13, 0x1.f06d10cca2c7ep-6), gg,
+                              1.0) * g;
+    const double q = std::fma(std::fma(std::fma(gg, 0x1.92eb6bc365fa0p-19,
+                                                0x1.4ae39b508b6c0p-9),
+                                       gg, 0x1.d17099887e074p-3), gg, 2.0);
+    const double r = std::fma(p / (q - p), 2.0, 1.0);
+    // 2^n as four factors 2^(n/4) 2^(n/4) 2^(n/4) 2^(n - 3 (n/4)) (XLA clamps n to
+    // +-2099, which the clamped x never reaches)
+    const int64_t quarter = k >> 2;
+    const double scale = bit_cast<double>((uint64_t)((quarter << 52) + 0x3FF0000000000000ll));
+    const double rest = bit_cast<double>(
+        (uint64_t)(((k - 3 * quarter) << 52) + 0x3FF0000000000000ll));
+    const double result = r * scale * scale * scale * rest;
+    return blend(x > hi, std::numeric_limits<double>::infinity(), blend(x < lo, 0.0, result));
+}
+inline double xla_expm1(double x) {
+    constexpr double bound = 0x1.1b6d58f246197p+4;
+    const double e = xla_exp(x);
+    const double half = x * 0.5;
+    const double c = blend(half > bound, bound, blend(half < -bound, -bound, half));
+    const double w = c * c;
+    double num = std::fma(w, 0x1.f9f82e5d782dfp-76, 0x1.c3c836c04b4c8p-61);
+    num = std::fma(w, num, 0x1.c3379f905e662p-49);
+    num = std::fma(w, num, 0x1.29aff6c8edd96p-38);
+    num = std::fma(w, num, 0x1.525a389dce7c2p-29);
+    num = std::fma(w, num, 0x1.708819be51cd9p-21);
+    num = std::fma(w, num, 0x1.8996f4026a7fap-14);
+    num = std::fma(w, num, 0x1.87f80b957ed00p-8);
+    num = std::fma(w, num, 0x1.36fba9b450e5ap-3);
+    num = std::fma(w, num, 1.0);
+    double den = std::fma(w, 0x1.e8630cf903250p-68, 0x1.0aabca9a5fea0p-54);
+    den = std::fma(w, den, 0x1.232981aa2bba8p-43);
+    den = std::fma(w, den, 0x1.ee2f015ea8065p-34);
+    den = std::fma(w, den, 0x1.81f1947c52304p-25);
+    den = std::fma(w, den, 0x1.26c82ab46d140p-17);
+    den = std::fma(w, den, 0x1.b2e7c4d488c04p-11);
+    den = std::fma(w, den, 0x1.1998830265b50p-5);
+    den = std::fma(w, den, 0x1.f0d32a2f7dc79p-2);
+    den = std::fma(w, den, 1.0);
+    const double tanh_half = blend(std::fabs(half) >= 20.0, std::copysign(1.0, half),
+                                   c * num / den);
+    const double result = blend(std::fabs(x) > 0.5, e + -1.0, tanh_half * (e + 1.0));
+    return blend(half == 0.0, x, result);
+}
 // Each function is computed unconditionally and then selected, so that loops vectorise.
 template <typename R> inline R expm1_r(R a) {
+    if constexpr (std::is_same_v<R, double>) return xla_expm1(a);
     const R r = vm::expm1(a);
     return is_denormal(a) ? a : r;
 }
@@ -642,6 +704,7 @@ template <typename R> inline R tanh_r(R a) {  // f64: XLA reads a denormal as ze
     return is_denormal(a) ? a : r;
 }
 template <typename R> inline R log_r(R a) { return vm::log(flush(a)); }
+
 template <typename R> inline R log1p_r(R a) { return vm::log1p(flush(a)); }
 
 // Complex functions, computed as XLA computes them, in two families:
@@ -1118,7 +1181,9 @@ template <typename T> inline T sqrt_(T a) {
     if constexpr (is_complex<T>) return cx::sqrt(a); else return std::sqrt(a);
 }
 template <typename T> inline T exp_(T a) {
-    if constexpr (is_complex<T>) return cx::exp(a); else return vm::exp(a);
+    if constexpr (is_complex<T>) return cx::exp(a);
+    else if constexpr (std::is_same_v<T, double>) return xla_exp(a);
+    else return vm::exp(a);
 }
 template <typename T> inline T expm1_(T a) {
     if constexpr (is_complex<T>) return cx::expm1(a); else return expm1_r(a);
@@ -1153,7 +1218,7 @@ template <typename T> inline T atan2_(T a, T b) {
 }
 // The exponential inside XLA's own expansion of the logistic op.
 template <typename T> inline T exp_logistic(T a) {
-    if constexpr (is_complex<T>) return cx::exp_mlir(a); else return vm::exp(a);
+    if constexpr (is_complex<T>) return cx::exp_mlir(a); else return exp_(a);
 }
 template <typename T> inline bool is_finite(T a) { return std::isfinite(a); }
 // select: by bits for floats, so that loops computing both sides with calls vectorise
