@@ -7,6 +7,7 @@ them."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 from typing import Any, Sequence
 
@@ -55,7 +56,11 @@ class Results:
         self.polymorphic = polymorphic
         self.device = jax.devices("cpu")[0]
         self.sharding = SingleDeviceSharding(self.device)
-        self.leaves = [(aval.dtype, None) if is_key(aval.dtype) else (None, aval)
+        #: (key type, None) for a typed PRNG key, (None, None) for a dtype jaxlib's CPU
+        #: buffers cannot hold (f6E2M3FN, f6E3M2FN: returned as NumPy arrays), else
+        #: (None, aval)
+        self.leaves = [(aval.dtype, None) if is_key(aval.dtype)
+                       else (None, aval) if _device_holds(aval.dtype) else (None, None)
                        for aval in avals]
         self.concrete: dict[tuple[int, tuple], Any] = {}  # (leaf, shape) -> its aval
         # looked up once: the imports and attribute lookups are on every call's path
@@ -68,20 +73,32 @@ class Results:
         if self.polymorphic:  # the avals' symbolic sizes made concrete, once per shape
             return self._unflatten(self.tree, [
                 self._put(self._concrete(k, aval, array.shape), self.sharding, [array],
-                          [self.device], False, False) if key_type is None
-                else self._wrap_key(array, key_type)
+                          [self.device], False, False) if aval is not None
+                else array if key_type is None else self._wrap_key(array, key_type)
                 for k, (array, (key_type, aval)) in enumerate(zip(arrays, self.leaves))])
         results = [self._put(aval, self.sharding, [array], [self.device], False, False)
-                   if key_type is None else self._wrap_key(array, key_type)
+                   if aval is not None else array if key_type is None
+                   else self._wrap_key(array, key_type)
                    for array, (key_type, aval) in zip(arrays, self.leaves)]
         return self._unflatten(self.tree, results)
-
 
     def _concrete(self, k: int, aval, shape: tuple):
         concrete = self.concrete.get((k, shape))
         if concrete is None:
             concrete = self.concrete[(k, shape)] = aval.update(shape=shape)
         return concrete
+
+
+@functools.cache
+def _device_holds(dtype) -> bool:
+    """Whether a jax.Array on the CPU can hold ``dtype`` (XLA has no f6 types)."""
+    import jax
+
+    try:
+        jax.device_put(np.zeros((), dtype), jax.devices("cpu")[0])
+    except Exception:  # JaxRuntimeError: Unknown NumPy dtype
+        return False
+    return True
 
 
 def abstract(leaf: Any):

@@ -34,8 +34,8 @@ def ulp_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     # |ka - kb| can exceed int64 for 64-bit floats: subtract in uint64, modulo 2^64
     hi, lo = np.maximum(ka, kb).astype(np.uint64), np.minimum(ka, kb).astype(np.uint64)
     distance = (hi - lo).astype(np.float64)
-    nan_a, nan_b = np.isnan(a.astype(np.float32) if width == 2 else a), \
-        np.isnan(b.astype(np.float32) if width == 2 else b)
+    nan_a, nan_b = np.isnan(a.astype(np.float32) if width <= 2 else a), \
+        np.isnan(b.astype(np.float32) if width <= 2 else b)
     distance = np.where(nan_a & nan_b, 0.0, distance)
     return np.where(nan_a ^ nan_b, np.inf, distance)
 

@@ -38,6 +38,7 @@ def render() -> str:
     from .symbolic import symbolic_ops
     from .translate import supported_ops
     from .translate.custom_call import supported_targets
+    from .translate.dtypes import SUPPORTED_ELEMENTS, element_type
     from .translate.registry import elementwise_names
 
     supported = supported_ops()
@@ -65,6 +66,21 @@ def render() -> str:
               "| op | becomes |", "|---|---|"]
     lines += [f"| `{name}` | {becomes} |" for name, becomes in LEGALISED.items()]
     lines += ["", "CHLO ops are legalised to StableHLO by `chlo-legalize-to-stablehlo` first."]
+    lines += ["", f"Element types ({len(SUPPORTED_ELEMENTS)}; `!quant.uniform<...>` types do not "
+              "parse in jaxlib 0.10.2's MLIR, which has no quant dialect):", "",
+              "| type | NumPy dtype | stored as | computed in |", "|---|---|---|---|"]
+    for name in SUPPORTED_ELEMENTS:
+        element = element_type(name)
+        computed = element.compute
+        if element.is_small_float:
+            computed += (f", each op rounded to {element.via} and then to the type"
+                         if element.via else ", each op rounded to the type")
+        elif element.is_stored_as_bits:
+            computed += ", each op rounded to the type"
+        elif element.narrow_bits:
+            computed += f", wrapped to {element.narrow_bits} bits after each op"
+        lines.append(f"| `{name}` | {element.numpy.name} | {element.storage_numpy.name} | "
+                     f"{computed} |")
     targets = supported_targets()
     lines += ["", f"`stablehlo.custom_call` targets ({len(targets)}; any other raises "
               "`UnsupportedError` listing these): " + ", ".join(f"`{t}`" for t in targets) + "."]

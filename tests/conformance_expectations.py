@@ -20,10 +20,9 @@ SCAN_REVERSE = ("chlo.scan with is_reverse = true: jaxlib 0.10.2's chlo-legalize
                 "(UnsupportedError) rather than answer wrongly")
 
 # ------------------------------------------------------------------ types not supported
-NARROW_FLOAT = ("sub-byte and 8-bit float types (f4E2M1FN, f6E2M3FN, f6E3M2FN, f8E3M4, "
-                "f8E4M3*, f8E5M2*, f8E8M0FNU): not supported by the translator's dtypes")
-QUANT = ("quantized types: `!quant.uniform<...>` does not parse (jaxlib's MLIR context "
-         "registers no quant dialect); uniform_quantize/uniform_dequantize not translated")
+QUANT = ("quantized types: jaxlib 0.10.2's MLIR has no quant dialect (none of the dialect "
+         "registrations it exposes adds one), so `!quant.uniform<...>` does not parse; "
+         "hlo2dace raises UnsupportedError naming the op and its line")
 
 # ------------------------------------- semantic differences (owners: elementwise translators)
 CEIL_DENORMAL = ("denormals flushed to zero (FTZ/DAZ, as XLA's CPU backend does; the "
@@ -43,23 +42,6 @@ REDUCE_PRECISION_NAN = ("reduce_precision to zero mantissa bits: hlo2dace follow
 
 EXPECTED_FAILURES: dict[str, str] = {
     **_each(SCAN_REVERSE, "chlo/scan.mlir::scan_cumsum_reverse"),
-    **_each(
-        NARROW_FLOAT,
-        "constant.mlir::constant_op_test_f4_e2m1fn",
-        "constant.mlir::constant_op_test_f6_e2m3fn",
-        "constant.mlir::constant_op_test_f6_e3m2fn",
-        "constant.mlir::constant_op_test_f8_e3m4",
-        "constant.mlir::constant_op_test_f8_e4m3b11_fnuz",
-        "constant.mlir::constant_op_test_f8_e4m3",
-        "constant.mlir::constant_op_test_f8_e4m3_fn",
-        "constant.mlir::constant_op_test_f8_e4m3_fnuz",
-        "constant.mlir::constant_op_test_f8_e5m2",
-        "constant.mlir::constant_op_test_f8_e5m2_fnuz",
-        "constant.mlir::constant_op_test_f8_e5m2_fnuz#2",
-        "constant.mlir::constant_op_test_f8_e8m0fnu",
-        "dot_general.mlir::add_op_test_f8E3M4",
-        "dot_general.mlir::add_op_test_f8E4M3",
-    ),
     **_each(
         QUANT,
         "quantized_ops.mlir::uniform_quantize",

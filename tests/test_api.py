@@ -257,6 +257,31 @@ def test_unsupported_op_names_op_location_and_leaves_no_cache_entry(monkeypatch,
     assert [p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")] == []
 
 
+QUANTIZED = textwrap.dedent("""\
+    func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {
+      %q = stablehlo.uniform_quantize %x : (tensor<4xf32>) -> tensor<4x!q>
+      %y = "stablehlo.uniform_dequantize"(%q) : (tensor<4x!q>) -> tensor<4xf32>
+      return %y : tensor<4xf32>
+    }
+    """).replace("!q", "!quant.uniform<i8:f32, 0.5:3>")
+
+
+@pytest.mark.parametrize("line", [2, 3])
+def test_quantized_types_are_refused_naming_op_and_line(line):
+    """jaxlib 0.10.2's MLIR has no quant dialect (no dialect registration it exposes adds
+    one), so `!quant.uniform` cannot even be parsed: an UnsupportedError names the op on
+    the line where the type first appears, the line and column, and what to do."""
+    first = QUANTIZED.splitlines()[1]
+    text = QUANTIZED if line == 2 else QUANTIZED.replace(
+        first, "  %q = stablehlo.add %x, %x : tensor<4xf32>")
+    with pytest.raises(UnsupportedError) as info:
+        hlo2dace.compile_text(text)
+    message = str(info.value)
+    op = "stablehlo.uniform_quantize" if line == 2 else "stablehlo.uniform_dequantize"
+    assert info.value.op == op and info.value.location.line == line, message
+    assert "quant dialect" in message and "stablehlo-legalize-quant-to-math" in message
+
+
 def test_failed_build_leaves_no_half_written_entry(monkeypatch, tmp_path):
     import dace
 

@@ -4,6 +4,7 @@ from pathlib import Path
 
 from hlo2dace import coverage
 from hlo2dace.translate import supported_ops
+from hlo2dace.translate.dtypes import SUPPORTED_ELEMENTS
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 
@@ -12,6 +13,8 @@ def test_ops_table_is_generated_from_the_registry():
     text = (DOCS / "ops.md").read_text()
     assert text == coverage.render(), "docs/ops.md is stale: run `make docs`"
     for name in supported_ops():
+        assert f"| `{name}` |" in text
+    for name in SUPPORTED_ELEMENTS:  # the element types, the small floats among them
         assert f"| `{name}` |" in text
 
 

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ArgumentError, ParseError, UnsupportedError, pointed_line
+from ..ir import Location
 from ..progress import stage
 from . import bytecode
 
@@ -82,7 +83,37 @@ def _parse(ctx, source: str | bytes, what: str):
     try:
         return ir.Module.parse(source, context=ctx)
     except Exception as exc:  # MLIRError, or ValueError for undecodable bytes
-        raise _mlir_error(exc, what, source if isinstance(source, str) else "") from None
+        error = _mlir_error(exc, what, source if isinstance(source, str) else "")
+        if _QUANT_TYPE.search(str(error)):
+            raise _quantized(source, error) from None
+        raise error from None
+
+
+#: MLIR's complaint about a type of the ``quant`` dialect, which jaxlib does not register
+_QUANT_TYPE = re.compile(r'`!"quant"<.*unregistered dialect')
+#: the op a line of MLIR text defines (generic or pretty form), or a function header
+_OP_ON_LINE = re.compile(r'(?:=\s*|^\s*)"?([A-Za-z_]\w*\.[\w.]+)"?')
+
+
+def _quantized(source: str | bytes, error: ParseError) -> UnsupportedError:
+    """Quantized types (``!quant.uniform<...>``) cannot be read at all: jaxlib 0.10.2
+    links no ``quant`` dialect into its MLIR, and none of the dialect registrations it
+    exposes (``make_ir_context``, ``register_dialects``, the stablehlo, chlo, mhlo, sdy,
+    tpu, mosaic_gpu and triton ones) adds it. Name the op on the offending line."""
+    op = "module"
+    text = source if isinstance(source, str) else source.decode("utf-8", "replace")
+    lines = text.splitlines()
+    if error.line is not None and 0 < error.line <= len(lines):
+        line = lines[error.line - 1]
+        found = _OP_ON_LINE.search(line)
+        op = found.group(1) if found else "func.return" if "return" in line else op
+    return UnsupportedError(
+        op, "quantized element types (`!quant.uniform<...>`): jaxlib 0.10.2's MLIR has no "
+        "quant dialect, so a module using them cannot be parsed",
+        Location("input", error.line, error.column),
+        ["float and integer element types: dequantize in JAX before lowering, or rewrite "
+         "the quantized ops into integer arithmetic first with a StableHLO build that has "
+         "them (stablehlo-opt --stablehlo-legalize-quant-to-math)"])
 
 
 def _from_bytes(ctx, data: bytes):

@@ -984,6 +984,15 @@ class Builder:
             return
         registry.translator(op, self.target)(self, op)
 
+    def callee(self, op: ir.Op) -> ir.Function:
+        """The function a ``func.call`` (or ``stablehlo.call``) calls."""
+        callee = op.attr("callee")
+        name = callee.name if isinstance(callee, ir.SymbolRef) else str(callee)
+        function = self.module.functions.get(name)
+        if function is None:
+            raise self.unsupported(f"call of unknown function @{name}")
+        return function
+
     def call_function(self, function: ir.Function, arguments: Sequence[Binding],
                       destinations: Sequence[str | None] = ()) -> list[Binding]:
         """Inline ``function`` with ``arguments`` bound to its parameters; a result with a

@@ -39,7 +39,7 @@ SWAP_ELEMENTS = 1 << 14
 
 @register("func.call", "stablehlo.call")
 def call(b: Builder, op: ir.Op) -> None:
-    function = _callee(b, op)
+    function = b.callee(op)
     destinations = [b.scope.destinations.pop(r.name, None) for r in op.results]
     results = b.call_function(function, [b.binding(v) for v in op.operands], destinations)
     for value, binding, destination in zip(op.results, results, destinations):
@@ -48,15 +48,6 @@ def call(b: Builder, op: ir.Op) -> None:
             b.copy_into(b.resolve(binding), target)
             binding = target
         b.bind(value, binding)
-
-
-def _callee(b: Builder, op: ir.Op) -> ir.Function:
-    callee = op.attr("callee")
-    name = callee.name if isinstance(callee, ir.SymbolRef) else str(callee)
-    function = b.module.functions.get(name)
-    if function is None:
-        raise b.unsupported(f"call of unknown function @{name}")
-    return function
 
 
 def _lands_in(binding: Binding, destination: str) -> bool:

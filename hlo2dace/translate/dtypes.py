@@ -5,6 +5,12 @@ the compiled code) and a *compute* type (what tasklets compute in). They differ 
 has no arithmetic type of that width on the CPU: f16 and bf16 are stored as their 16-bit
 patterns and computed in ``float``, rounded back after every op as XLA does; the 2- and
 4-bit integers are stored in a byte and wrapped back to their width after every op.
+
+The 8-, 6- and 4-bit floats (``SMALL_FLOATS``) are stored as their bit patterns in a byte
+and computed in ``float`` too. XLA computes each of their ops in f16 (``via``; f8E8M0FNU,
+whose range f16 lacks, in f32) and converts the result: an op's value is rounded to f16,
+then to the small type. Conversions to them round once, to nearest even (``h2d_ops.h``:
+``small_float``).
 """
 
 from __future__ import annotations
@@ -26,9 +32,14 @@ class ElementType:
     numpy: np.dtype  #: the dtype users see
     storage: dace.typeclass  #: the SDFG's array element type
     compute: str  #: the C++ type tasklets compute in
-    #: for sub-byte integers: their width; for f16/bf16: the C++ rounding helper's name
+    #: for sub-byte integers: their width; for floats stored as bits: the name of their C++
+    #: helpers (``h2d::<rounding>_to_float``, ``h2d::float_to_<rounding>``,
+    #: ``h2d::round_<rounding>``)
     narrow_bits: int | None = None
     rounding: str | None = None
+    #: small floats: the 16-bit type XLA computes their ops in (see the module docstring)
+    via: str | None = None
+    is_small_float: bool = False
 
     @property
     def storage_numpy(self) -> np.dtype:
@@ -48,7 +59,11 @@ class ElementType:
         return f"h2d::float_to_{self.rounding}({expression})" if self.rounding else expression
 
     def fit(self, expression: str) -> str:
-        """C++ that rounds or wraps a freshly computed value to this type's precision."""
+        """C++ that rounds or wraps a freshly computed value to this type's precision (a
+        small float's through its ``via`` type, as XLA computes it)."""
+        if self.via:  # a NaN passes unchanged: its payload is a small float's NaN code
+            return (f"h2d::round_{self.rounding}(h2d::unless_nan<h2d::round_{self.via}>"
+                    f"({expression}))")
         if self.rounding:
             return f"h2d::round_{self.rounding}({expression})"
         if self.narrow_bits:
@@ -76,9 +91,24 @@ class ElementType:
         return ir.is_complex(self.element)
 
     @property
+    def bits(self) -> int:
+        """The width of a value (4 for f4E2M1FN and i4, though they fill a byte)."""
+        if self.narrow_bits:
+            return self.narrow_bits
+        if self.is_stored_as_bits:
+            return ml_dtypes.finfo(self.numpy).bits
+        return self.storage.bytes * 8
+
+    @property
     def is_stored_as_bits(self) -> bool:
-        """f16/bf16: arrays hold the bit pattern; loads and stores convert."""
+        """f16, bf16 and the small floats: arrays hold the bit pattern; loads and stores
+        convert."""
         return self.rounding is not None
+
+    def rounded(self, expression: str) -> str:
+        """C++ that rounds a float to this type once, as a conversion does (``fit`` rounds
+        a small float's op results twice, through its ``via`` type)."""
+        return f"h2d::round_{self.rounding}({expression})" if self.rounding else expression
 
     def to_storage(self, array: np.ndarray) -> np.ndarray:
         """A NumPy array of this type as the compiled code expects it (no copy if possible)."""
@@ -97,6 +127,23 @@ class ElementType:
         if array.dtype != self.numpy:
             return array.view(self.numpy)
         return array
+
+
+#: the 8-, 6- and 4-bit floats: MLIR name -> (ml_dtypes type, the 16-bit type XLA computes
+#: their ops in, None for f32)
+SMALL_FLOATS = {
+    "f8E4M3FN": (ml_dtypes.float8_e4m3fn, "f16"),
+    "f8E5M2": (ml_dtypes.float8_e5m2, "f16"),
+    "f8E4M3FNUZ": (ml_dtypes.float8_e4m3fnuz, "f16"),
+    "f8E5M2FNUZ": (ml_dtypes.float8_e5m2fnuz, "f16"),
+    "f8E4M3B11FNUZ": (ml_dtypes.float8_e4m3b11fnuz, "f16"),
+    "f8E3M4": (ml_dtypes.float8_e3m4, "f16"),
+    "f8E4M3": (ml_dtypes.float8_e4m3, "f16"),
+    "f8E8M0FNU": (ml_dtypes.float8_e8m0fnu, None),
+    "f6E2M3FN": (ml_dtypes.float6_e2m3fn, "f16"),
+    "f6E3M2FN": (ml_dtypes.float6_e3m2fn, "f16"),
+    "f4E2M1FN": (ml_dtypes.float4_e2m1fn, "f16"),
+}
 
 
 def _entries():
@@ -127,6 +174,9 @@ def _entries():
                                  rounding="f16")
     entries["bf16"] = ElementType("bf16", np.dtype(ml_dtypes.bfloat16), dace.uint16, "float",
                                   rounding="bf16")
+    for name, (numpy, via) in SMALL_FLOATS.items():
+        entries[name] = ElementType(name, np.dtype(numpy), dace.uint8, "float",
+                                    rounding=name.lower(), via=via, is_small_float=True)
     return entries
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dace
 import ml_dtypes
+import numpy as np
 
 from .. import ir
 from ..errors import UnsupportedError
@@ -134,17 +135,33 @@ def _compare(op, args, ins, out):
 def _convert(op, args, ins, out: ElementType):
     (source,) = ins
     (x,) = args
-    if source.element == "bf16" and out.is_bool:
-        # XLA tests the bits: a bf16 denormal (a float denormal, zero under DAZ) is true
+    if source.is_stored_as_bits and source.element != "f16" and out.is_bool:
+        # XLA tests the bits: a bf16 denormal (or f8E8M0FNU's 2^-127: a float denormal,
+        # zero under DAZ) is true
         return f"((h2d::bit_cast<uint32_t>({x}) & 0x7FFFFFFFu) != 0)"
-    if out.narrow_bits and source.is_float:
-        bits = out.narrow_bits
-        if out.is_unsigned:
-            lo, hi = 0, (1 << bits) - 1
+    if out.is_integer and source.is_float:
+        info = ml_dtypes.iinfo(out.numpy)
+        if out.narrow_bits:
+            expression = (f"(({out.compute})h2d::convert<int32_t>("
+                          f"h2d::clamp<{source.compute}>({info.min}, {x}, {info.max})))")
         else:
-            lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
-        return (f"(({out.compute})h2d::convert<int32_t>("
-                f"h2d::clamp<{source.compute}>({lo}, {x}, {hi})))")
+            expression = f"h2d::convert<{out.compute}>({x})"
+        if source.is_small_float:
+            # XLA saturates where the value reaches the integer range's ends converted to
+            # the small type: 6.0, f4E2M1FN's largest, converts to INT32_MAX
+            for end in (info.max, info.min):
+                edge = np.array(end, np.float64).astype(source.numpy).astype(np.float64)
+                if np.isfinite(edge):
+                    test = ">=" if end == info.max else "<="
+                    expression = (f"({x} {test} {literal(edge, source)} ? "
+                                  f"{literal(end, out)} : {expression})")
+        return expression
+    if source.is_small_float and out.compute == "double":  # exactly, as XLA widens them
+        return f"h2d::{source.rounding}_to_double({source.store(x)})"
+    if out.is_small_float:  # rounded once, from a double too
+        if source.compute == "double":
+            return f"h2d::{out.rounding}_to_float(h2d::double_to_{out.rounding}({x}))"
+        return out.rounded(f"h2d::convert<float>({x})")
     # f64 -> f16/bf16: to float here, then rounded by ``fit``: twice, as XLA converts
     return f"h2d::convert<{out.compute}>({x})"
 
@@ -156,7 +173,7 @@ def _same_width(op) -> bool:
 
 def _bitcast(op, args, ins, out: ElementType):
     (source,) = ins
-    if bool(source.narrow_bits) != bool(out.narrow_bits):
+    if source.bits != out.bits:
         raise UnsupportedError(op.name, f"bitcast between {source.element} and {out.element}",
                                op.location)
     bits = f"h2d::bit_cast<{out.storage.ctype}>({source.store(args[0])})"
@@ -169,17 +186,18 @@ def _complex(op, args, ins, out):
 
 def _reduce_precision(op, args, ins, out):
     exponent, mantissa = int(op.attr("exponent_bits")), int(op.attr("mantissa_bits"))
-    if out.element == "f16":  # on the f16 bits, as XLA does (f16 denormals flush)
+    if "f16" in (out.element, out.via):  # on the f16 bits, as XLA does (f16 denormals flush)
         return f"h2d::reduce_precision_f16({args[0]}, {exponent}, {mantissa})"
     # bf16 in a float: the same exponent, and float rounding to >= 7 bits keeps the value
     return f"h2d::reduce_precision({args[0]}, {exponent}, {mantissa})"
 
 
 def _logistic(op, args, ins, out):
-    # XLA expands logistic into 1 / (1 + exp(-x)); for f16 each op rounds to f16, bf16 is
-    # computed in f32 and rounded once
+    # XLA expands logistic into 1 / (1 + exp(-x)); for f16 (and the small floats it
+    # computes in f16) each op rounds to f16, bf16 is computed in f32 and rounded once
     def r(expression):
-        return out.fit(expression) if out.element == "f16" else f"({expression})"
+        return f"h2d::round_f16({expression})" if "f16" in (out.element, out.via) \
+            else f"({expression})"
 
     one = f"{out.compute}(1)"
     exp = r(f"h2d::exp_logistic({r(f'h2d::neg({args[0]})')})")

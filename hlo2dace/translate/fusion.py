@@ -277,11 +277,19 @@ def scalar_region(b: Builder, block: ir.Block, arguments: list[str], prefix: str
     """C++ for a region of elementwise ops on 0-d values (reducer bodies, comparators):
     ``arguments`` are the C++ expressions of the block's arguments (in compute types);
     returns the statements and the expressions of the values the terminator returns.
-    Constants become literals; anything but elementwise ops is unsupported."""
+    Constants become literals and calls are inlined (JAX writes some reducer bodies as a
+    call of a private function); anything but elementwise ops is unsupported."""
     names = {value.name: expression for value, expression in zip(block.arguments, arguments)}
     lines = []
     for k, op in enumerate(block.ops[:-1]):
         b.current_op = op
+        if op.name in ("func.call", "stablehlo.call"):
+            body, returned = scalar_region(b, b.callee(op).body.entry,
+                                           [names[v.name] for v in op.operands],
+                                           f"{prefix}{k}_")
+            lines.extend(body)
+            names.update((r.name, expression) for r, expression in zip(op.results, returned))
+            continue
         if op.name == "stablehlo.constant" and op.result.type.size == 1:
             element = dtypes.of(op.result.type, op.name, op.location)
             names[op.result.name] = f"({literal(op.attr('value').array.reshape(-1)[0], element)})"

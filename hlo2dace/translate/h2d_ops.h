@@ -172,6 +172,153 @@ inline uint16_t float_to_bf16(float x) {
 }
 inline float round_bf16(float x) { return bf16_to_float(float_to_bf16(x)); }
 
+// ------------------------------------------------------------------ 8-, 6- and 4-bit floats
+// Stored in a byte (f6 and f4 in its low bits), computed in float. `E` exponent bits, `M`
+// mantissa bits, exponent bias `B`; how the top of the range is encoded:
+//   ieee:   infinities and NaNs as IEEE's formats (f8E5M2, f8E4M3, f8E3M4); overflow: inf;
+//   fn:     no infinity, NaN is all ones (f8E4M3FN); overflow and infinities: NaN;
+//   fnuz:   no infinity, no -0, NaN is the sign bit alone (f8E4M3FNUZ, f8E5M2FNUZ,
+//           f8E4M3B11FNUZ); overflow and infinities: NaN;
+//   finite: neither infinity nor NaN (f6E2M3FN, f6E3M2FN, f4E2M1FN); overflow saturates
+//           and NaN becomes -0, as XLA converts to f4E2M1FN.
+// Conversions from float round to nearest even, as XLA's (and ml_dtypes') do. The ieee
+// types' quiet NaN is float's; their other NaN codes become quiet float NaNs that carry the
+// code in the mantissa bits below the quiet bit, and convert back to it (so a bitcast keeps
+// any NaN, as XLA's does); other float NaNs become the quiet NaN, as XLA converts them.
+enum class Top { ieee, fn, fnuz, finite };
+template <int E, int M, int B, Top K> struct small_float {
+    static constexpr uint32_t sign_bit = 1u << (E + M);
+    static constexpr uint32_t magnitude_mask = sign_bit - 1;
+    static constexpr uint32_t top_exponent = (1u << E) - 1;
+    static constexpr uint32_t quiet = 1u << (M - 1);  // ieee: the quiet NaN's mantissa
+    static constexpr uint32_t max_finite = K == Top::ieee ? (top_exponent << M) - 1
+                                         : K == Top::fn ? magnitude_mask - 1 : magnitude_mask;
+    static float to_float(uint32_t bits) {
+        bits &= (sign_bit << 1) - 1;
+        const uint32_t magnitude = bits & magnitude_mask;
+        const float nan = std::numeric_limits<float>::quiet_NaN();
+        const float sign = (bits & sign_bit) ? -1.0f : 1.0f;
+        // fnuz's NaN has the sign bit: XLA orders it first under TOTALORDER, as a -NaN
+        if (K == Top::fnuz && bits == sign_bit) return -nan;
+        if (K == Top::fn && magnitude == magnitude_mask) return std::copysign(nan, sign);
+        if (K == Top::ieee && (magnitude >> M) == top_exponent) {
+            const uint32_t payload = magnitude & ((1u << M) - 1);
+            if (!payload) return sign * std::numeric_limits<float>::infinity();
+            return bit_cast<float>(((bits & sign_bit) ? 0x80000000u : 0) | 0x7FC00000u |
+                                   ((payload ^ quiet) << (22 - M)));
+        }
+        const uint32_t exponent = magnitude >> M, mantissa = magnitude & ((1u << M) - 1);
+        if (exponent == 0) {  // subnormal: mantissa * 2^(1 - B - M), exact in float
+            return sign * ((float)mantissa * bit_cast<float>((uint32_t)(128 - B - M) << 23));
+        }
+        return sign * bit_cast<float>(((exponent + 127 - B) << 23) | (mantissa << (23 - M)));
+    }
+    static uint32_t from_float(float x) {
+        const uint32_t u = bit_cast<uint32_t>(x), magnitude = u & 0x7FFFFFFFu;
+        const uint32_t sign = (u >> 31) ? sign_bit : 0;
+        if (magnitude > 0x7F800000u) {  // NaN
+            if (K == Top::ieee) {
+                const uint32_t payload = ((magnitude >> (22 - M)) & ((1u << M) - 1)) ^ quiet;
+                const bool code = (magnitude & 0x400000u) && payload &&
+                                  (magnitude & ((1u << (22 - M)) - 1)) == 0;
+                return sign | (top_exponent << M) | (code ? payload : quiet);
+            }
+            if (K == Top::fn) return sign | magnitude_mask;
+            return sign_bit;  // fnuz: its NaN; finite: -0
+        }
+        const int exponent = (int)(magnitude >> 23) - 127;
+        bool too_large = magnitude == 0x7F800000u;  // infinity
+        uint32_t r = 0;
+        if (!too_large && exponent >= 1 - B) {  // a normal number of the small type: rebias
+            const uint32_t t = magnitude - ((uint32_t)(127 - B) << 23);
+            constexpr int drop = 23 - M;
+            r = (t + ((1u << (drop - 1)) - 1) + ((t >> drop) & 1)) >> drop;
+            too_large = r > max_finite;
+        } else if (!too_large) {  // a subnormal of the small type (or zero)
+            const int shift = 23 - M + (1 - B - exponent);
+            const uint32_t significand =
+                (magnitude & 0x7FFFFFu) | (magnitude >= 0x800000u ? 0x800000u : 0);
+            r = shift > 24 ? 0
+                : (significand + ((1u << (shift - 1)) - 1) + ((significand >> shift) & 1)) >> shift;
+        }
+        if (too_large) {
+            if (K == Top::ieee) return sign | (top_exponent << M);
+            if (K == Top::fn) return sign | magnitude_mask;
+            if (K == Top::fnuz) return sign_bit;
+            return sign | max_finite;
+        }
+        if (K == Top::fnuz && r == 0) return 0;
+        return sign | r;
+    }
+};
+// A double narrowed to float rounding to odd (inexact results get their last bit set), so
+// that rounding the float again to a type of fewer bits rounds as the double would: XLA
+// converts f64 to the small floats directly.
+inline float float_odd(double x) {
+    float f = (float)x;
+    if (!std::isfinite(f) || (double)f == x) return f;
+    uint32_t u = bit_cast<uint32_t>(f);
+    if (std::fabs((double)f) > std::fabs(x)) u -= 1;  // toward zero, then the sticky bit
+    return bit_cast<float>(u | 1u);
+}
+// Rounding to f16 on the way to a small float, NaNs (small floats' codes) left as they are.
+template <float (*Round)(float)> inline float unless_nan(float x) {
+    return std::isnan(x) ? x : Round(x);
+}
+#define H2D_SMALL_FLOAT(name, E, M, B, K) \
+    using name##_t = small_float<E, M, B, Top::K>; \
+    inline float name##_to_float(uint8_t bits) { return name##_t::to_float(bits); } \
+    inline uint8_t float_to_##name(float x) { return (uint8_t)name##_t::from_float(x); } \
+    inline float round_##name(float x) { return name##_t::to_float(name##_t::from_float(x)); } \
+    inline uint8_t double_to_##name(double x) { return (uint8_t)name##_t::from_float(float_odd(x)); } \
+    inline double name##_to_double(uint8_t bits) { return name##_t::to_float(bits); }
+H2D_SMALL_FLOAT(f8e4m3fn, 4, 3, 7, fn)
+H2D_SMALL_FLOAT(f8e5m2, 5, 2, 15, ieee)
+H2D_SMALL_FLOAT(f8e4m3fnuz, 4, 3, 8, fnuz)
+H2D_SMALL_FLOAT(f8e5m2fnuz, 5, 2, 16, fnuz)
+H2D_SMALL_FLOAT(f8e4m3b11fnuz, 4, 3, 11, fnuz)
+H2D_SMALL_FLOAT(f8e3m4, 3, 4, 3, ieee)
+H2D_SMALL_FLOAT(f8e4m3, 4, 3, 7, ieee)
+H2D_SMALL_FLOAT(f6e2m3fn, 2, 3, 1, finite)
+H2D_SMALL_FLOAT(f6e3m2fn, 3, 2, 3, finite)
+H2D_SMALL_FLOAT(f4e2m1fn, 2, 1, 1, finite)
+#undef H2D_SMALL_FLOAT
+// f8E8M0FNU: an unsigned power of two 2^(e - 127), e = 0..254, and NaN (0xFF); zero,
+// negative numbers, infinities and NaN convert to NaN. XLA rounds on the bits: up from a
+// mantissa of one half (a float denormal: from above one half).
+// 2^-127 is a float denormal, which arithmetic reads as zero (DAZ) as XLA's does: the asm
+// keeps GCC from folding an op on it at compile time, where no DAZ applies.
+inline float f8e8m0fnu_to_float(uint8_t bits) {
+    if (bits == 0xFF) return std::numeric_limits<float>::quiet_NaN();
+    float value = bit_cast<float>(bits ? (uint32_t)bits << 23 : 0x00400000u);
+#if defined(__SSE__)
+    asm("" : "+x"(value));
+#endif
+    return value;
+}
+inline uint8_t float_to_f8e8m0fnu(float x) {
+    const uint32_t u = bit_cast<uint32_t>(x);
+    if ((u >> 31) || u >= 0x7F800000u || u == 0) return 0xFF;
+    const uint32_t exponent = u >> 23, mantissa = u & 0x7FFFFFu;
+    if (exponent == 0) return mantissa > 0x400000u ? 1 : 0;
+    const uint32_t rounded = exponent + (mantissa >= 0x400000u);
+    return rounded >= 0xFF ? 0xFF : (uint8_t)rounded;
+}
+inline float round_f8e8m0fnu(float x) { return f8e8m0fnu_to_float(float_to_f8e8m0fnu(x)); }
+// To a double exactly: 2^-127 stays itself (a float denormal would be flushed on the way).
+inline double f8e8m0fnu_to_double(uint8_t bits) {
+    return bits == 0 ? 0x1p-127 : (double)f8e8m0fnu_to_float(bits);
+}
+// From a double, XLA rounds on the double's bits; below 2^-126 it gives 2^-127 for 2^-127
+// itself, 2^-126 above it, and NaN below it.
+inline uint8_t double_to_f8e8m0fnu(double x) {
+    if (!(x > 0) || !std::isfinite(x)) return 0xFF;
+    if (x < 0x1p-126) return x < 0x1p-127 ? 0xFF : x == 0x1p-127 ? 0 : 1;
+    const uint64_t u = bit_cast<uint64_t>(x);
+    const uint64_t rounded = (u >> 52) - 1023 + 127 + ((u & ((1ull << 52) - 1)) >= (1ull << 51));
+    return rounded >= 0xFF ? 0xFF : (uint8_t)rounded;
+}
+
 // 2- and 4-bit integers live in a byte: wrap a result back to `Bits` bits.
 template <int Bits, typename T> inline T wrap(T x) {
     if constexpr (std::is_signed_v<T>) {
@@ -227,6 +374,129 @@ template <typename R> inline R abs(std::complex<R> z);
 template <typename R> inline std::complex<R> sign(std::complex<R> z);
 template <typename R> inline std::complex<R> pow(std::complex<R> x, std::complex<R> y);
 }  // namespace cx
+
+// ------------------------------------------------------------------ complex products
+// One element of a complex matrix product as XLA computes it: its dot thunk calls Eigen,
+// which jaxlib builds for AVX (no FMA; a packet holds 4 complex<float> or 2
+// complex<double>). Eigen's kernels keep the four real sums a_re b_re, a_im b_im,
+// a_im b_re, a_re b_im apart and combine them at the end (re = rr - ii, im = ir + ri),
+// in an order that depends on where the element falls in Eigen's blocking (h2d::cdot_order
+// picks it): `packet`, each sum in k order; `pairs`, its even and odd terms apart up to a
+// multiple of 8, then added, then the rest in order; `quads`, four interleaved partial
+// sums up to a multiple of 4, added as (0 + 1) + (2 + 3), then the rest; `scalar`, the
+// complex product (rounded) added term by term. The result is then Eigen's alpha (1) times
+// it, added to the zeroed output. `reduce`: a product of one row and one column, which
+// XLA rewrites into a multiply and a reduce (its dot strength reduction): up to 32 terms
+// fused, LLVM contracting the imaginary part's products into the sum; longer, XLA's
+// complex products summed by tree_sum.
+enum class CdotOrder { packet, pairs, quads, scalar, reduce };
+// XLA's tree reduction: a sum of more than 32 terms is padded to a multiple of 32 (the
+// padding split around the terms) and summed in windows of 32, each in order from zero,
+// and the windows' sums summed the same way.
+constexpr int64_t kReduceWindow = 32;
+template <typename R> inline std::complex<R> tree_sum(const std::vector<std::complex<R>>& terms) {
+    const int64_t n = (int64_t)terms.size();
+    if (n <= kReduceWindow) {
+        R re = 0, im = 0;
+        for (const auto& t : terms) re = re + t.real(), im = im + t.imag();
+        return {re, im};
+    }
+    const int64_t windows = (n + kReduceWindow - 1) / kReduceWindow;
+    const int64_t low = (windows * kReduceWindow - n) / 2;
+    std::vector<std::complex<R>> sums(windows);
+    for (int64_t w = 0; w < windows; ++w) {
+        R re = 0, im = 0;
+        for (int64_t p = w * kReduceWindow - low; p < (w + 1) * kReduceWindow - low; ++p) {
+            if (p >= 0 && p < n) re = re + terms[p].real(), im = im + terms[p].imag();
+        }
+        sums[w] = {re, im};
+    }
+    return tree_sum(sums);
+}
+template <typename R> inline R opaque(R x) {
+#if defined(__SSE__)
+    asm("" : "+x"(x));
+#endif
+    return x;
+}
+template <typename R, typename Lhs, typename Rhs>
+inline std::complex<R> eigen_cdot(const Lhs& lhs, const Rhs& rhs, int64_t k, CdotOrder order) {
+    R re, im;
+    if (order == CdotOrder::reduce) {
+        if (k > kReduceWindow) {
+            std::vector<std::complex<R>> products(k);
+            for (int64_t t = 0; t < k; ++t) products[t] = cx::mul<R>(lhs(t), rhs(t));
+            return tree_sum(products);
+        }
+        re = 0, im = 0;
+        for (int64_t t = 0; t < k; ++t) {
+            const std::complex<R> x = lhs(t), y = rhs(t);
+            re = re + std::fma(x.real(), y.real(), -(x.imag() * y.imag()));
+            im = std::fma(x.imag(), y.real(), std::fma(x.real(), y.imag(), im));
+        }
+        return {re, im};
+    }
+    if (order == CdotOrder::scalar) {
+        re = 0, im = 0;
+        for (int64_t t = 0; t < k; ++t) {
+            const std::complex<R> x = lhs(t), y = rhs(t);
+            // opaque: GCC's vectoriser turns a complex product into fmaddsub, even under
+            // -ffp-contract=off
+            const R rr = opaque(x.real() * y.real()), ii = opaque(x.imag() * y.imag());
+            const R ri = opaque(x.real() * y.imag()), ir = opaque(x.imag() * y.real());
+            re = re + (rr - ii);
+            im = im + (ri + ir);
+        }
+    } else {
+        const int lanes = order == CdotOrder::quads ? 4 : order == CdotOrder::pairs ? 2 : 1;
+        const int64_t split = order == CdotOrder::quads ? k / 4 * 4
+                              : order == CdotOrder::pairs ? k / 8 * 8 : 0;
+        R rr[4] = {}, ii[4] = {}, ir[4] = {}, ri[4] = {};
+        for (int64_t t = 0; t < split; ++t) {
+            const std::complex<R> x = lhs(t), y = rhs(t);
+            const int l = (int)(t % lanes);
+            rr[l] = rr[l] + x.real() * y.real();
+            ii[l] = ii[l] + x.imag() * y.imag();
+            ir[l] = ir[l] + x.imag() * y.real();
+            ri[l] = ri[l] + x.real() * y.imag();
+        }
+        if (lanes == 4) {
+            for (R* s : {rr, ii, ir, ri}) s[0] = (s[0] + s[1]) + (s[2] + s[3]);
+        } else if (lanes == 2) {
+            for (R* s : {rr, ii, ir, ri}) s[0] = s[0] + s[1];
+        }
+        for (int64_t t = split; t < k; ++t) {
+            const std::complex<R> x = lhs(t), y = rhs(t);
+            rr[0] = rr[0] + x.real() * y.real();
+            ii[0] = ii[0] + x.imag() * y.imag();
+            ir[0] = ir[0] + x.imag() * y.real();
+            ri[0] = ri[0] + x.real() * y.imag();
+        }
+        re = rr[0] + -ii[0], im = ir[0] + ri[0];
+    }
+    return {R(0) + (re * R(1) - im * R(0)), R(0) + (re * R(0) + im * R(1))};
+}
+// The order of element (i, j) of an m x n product (see eigen_cdot). XLA computes the
+// row-major C = A B as C^T = B^T A^T, so Eigen's rows are C's columns: blocks of two
+// packets of them run in order, then one packet and a half packet with even and odd
+// terms apart, and a last single column with the swapped kernel (four partial sums) in
+// C's rows of whole groups of 4 (Eigen's panels of its columns), else the scalar
+// kernel; a product with one row is Eigen's matrix-vector kernel (scalar order), one
+// with one row and one column XLA's multiply and reduce.
+template <typename R> inline CdotOrder cdot_order(int64_t i, int64_t j, int64_t m, int64_t n) {
+    constexpr int64_t packet = std::is_same_v<R, float> ? 4 : 2, half = packet / 2;
+    if (m == 1) return n == 1 ? CdotOrder::reduce : CdotOrder::scalar;
+    const bool panel = i < m / 4 * 4;
+    int64_t done = n / (2 * packet) * (2 * packet);
+    if (j < done) return CdotOrder::packet;
+    for (int64_t width : {packet, half}) {
+        if (n - done >= width) {
+            if (j < done + width) return panel ? CdotOrder::pairs : CdotOrder::packet;
+            done += width;
+        }
+    }
+    return panel ? CdotOrder::quads : CdotOrder::scalar;
+}
 
 // ------------------------------------------------------------------ arithmetic
 template <typename T> inline T add(T a, T b) {
@@ -453,13 +723,117 @@ inline float reduce_precision_f16(float x, int exponent_bits, int mantissa_bits)
         float_to_f16(x), exponent_bits, mantissa_bits));
 }
 
+// ------------------------------------------------------------------ scans
+// A scan (a reduce_window whose window spans its dimension: cumsum, cumprod...) as XLA
+// computes it: one of up to 16 elements folds each output's window in index order (from
+// the init value; `forward` false: the elements from the output's on); a longer one is
+// rewritten by XLA's ReduceWindowRewriter into scans of blocks of 16 (the last padded
+// with the init value), a scan of the blocks' totals (the same way, recursively), and
+// the body applied to an element's block scan and the totals before its block. Each body
+// application is XLA's, so each rounding is too.
+constexpr int64_t kScanBlock = 16;
+template <typename T, typename Body>
+void xla_scan(const std::vector<T>& x, T init, const Body& body, bool forward,
+              std::vector<T>& out) {
+    const int64_t n = (int64_t)x.size();
+    out.resize(n);
+    if (n <= kScanBlock) {
+        for (int64_t i = 0; i < n; ++i) {
+            T acc = init;
+            for (int64_t k = forward ? 0 : i; k < (forward ? i + 1 : n); ++k) acc = body(acc, x[k]);
+            out[i] = acc;
+        }
+        return;
+    }
+    const int64_t blocks = (n + kScanBlock - 1) / kScanBlock;
+    std::vector<T> block(kScanBlock), scanned, totals(blocks), inner(blocks * kScanBlock), across;
+    for (int64_t b = 0; b < blocks; ++b) {
+        for (int64_t j = 0; j < kScanBlock; ++j) {
+            const int64_t k = b * kScanBlock + j;
+            block[j] = k < n ? x[k] : init;
+        }
+        xla_scan(block, init, body, forward, scanned);
+        std::copy(scanned.begin(), scanned.end(), inner.begin() + b * kScanBlock);
+        totals[b] = scanned[forward ? kScanBlock - 1 : 0];
+    }
+    xla_scan(totals, init, body, forward, across);
+    for (int64_t i = 0; i < n; ++i) {
+        const int64_t b = i / kScanBlock;
+        const T before = forward ? (b == 0 ? init : across[b - 1])
+                                 : (b == blocks - 1 ? init : across[b + 1]);
+        out[i] = body(inner[i], before);
+    }
+}
+
 // ------------------------------------------------------------------ transcendental
 // Real functions as XLA computes them: a denormal argument of expm1 and (f32) tanh comes
 // back unchanged, log and log1p read it as zero (DAZ). XLA's own f32 approximations of exp, log,
 // tanh, rsqrt... differ from the C library's by a few ULP (the tests allow for that).
 template <typename R> inline R rsqrt_r(R a) { return R(1) / std::sqrt(a); }
+// XLA's own f64 exponential and expm1, which its CPU backend inlines (exp: a rational
+// approximation of e^g after reducing by n ln 2, scaled by 2^n in four factors; expm1:
+// e^x - 1 above |x| = 0.5, else tanh(x / 2) (e^x + 1) with XLA's rational tanh); LLVM
+// contracts their products and sums into FMAs, hence std::fma. Bit for bit XLA's results.
+inline double xla_exp(double x) {
+    constexpr double lo = -0x1.6232bdd7abcd2p+9, hi = 0x1.62e42fefa39efp+9;
+    const double clamped = blend(x < lo, lo, blend(x > hi, hi, x));  // NaN stays NaN
+    // n = floor(x log2(e) + 1/2), by a conversion to an integer (std::floor does not
+    // vectorise without -fno-trapping-math); |x| is clamped, so n fits; NaN gives 0
+    const double t = std::fma(clamped, 0x1.71547652b82fep+0, 0.5);
+    const double t_number = blend(t != t, 0.0, t);
+    int64_t k = (int64_t)t_number;
+    k -= (double)k > t_number;
+    const double n = (double)k;
+    double g = std::fma(-n, 0x1.62e4000000000p-1, clamped);
+    g = std::fma(-n, 0x1.7f7d1cf79abcap-20, g);
+    const double gg = g * g;
+    const double p = std::fma(std::fma(gg, 0x1.089cdd5e44be8p-13, 0x1.f06d10cca2c7ep-6), gg,
+                              1.0) * g;
+    const double q = std::fma(std::fma(std::fma(gg, 0x1.92eb6bc365fa0p-19,
+                                                0x1.4ae39b508b6c0p-9),
+                                       gg, 0x1.d17099887e074p-3), gg, 2.0);
+    const double r = std::fma(p / (q - p), 2.0, 1.0);
+    // 2^n as four factors 2^(n/4) 2^(n/4) 2^(n/4) 2^(n - 3 (n/4)) (XLA clamps n to
+    // +-2099, which the clamped x never reaches)
+    const int64_t quarter = k >> 2;
+    const double scale = bit_cast<double>((uint64_t)((quarter << 52) + 0x3FF0000000000000ll));
+    const double rest = bit_cast<double>(
+        (uint64_t)(((k - 3 * quarter) << 52) + 0x3FF0000000000000ll));
+    const double result = r * scale * scale * scale * rest;
+    return blend(x > hi, std::numeric_limits<double>::infinity(), blend(x < lo, 0.0, result));
+}
+inline double xla_expm1(double x) {
+    constexpr double bound = 0x1.1b6d58f246197p+4;
+    const double e = xla_exp(x);
+    const double half = x * 0.5;
+    const double c = blend(half > bound, bound, blend(half < -bound, -bound, half));
+    const double w = c * c;
+    double num = std::fma(w, 0x1.f9f82e5d782dfp-76, 0x1.c3c836c04b4c8p-61);
+    num = std::fma(w, num, 0x1.c3379f905e662p-49);
+    num = std::fma(w, num, 0x1.29aff6c8edd96p-38);
+    num = std::fma(w, num, 0x1.525a389dce7c2p-29);
+    num = std::fma(w, num, 0x1.708819be51cd9p-21);
+    num = std::fma(w, num, 0x1.8996f4026a7fap-14);
+    num = std::fma(w, num, 0x1.87f80b957ed00p-8);
+    num = std::fma(w, num, 0x1.36fba9b450e5ap-3);
+    num = std::fma(w, num, 1.0);
+    double den = std::fma(w, 0x1.e8630cf903250p-68, 0x1.0aabca9a5fea0p-54);
+    den = std::fma(w, den, 0x1.232981aa2bba8p-43);
+    den = std::fma(w, den, 0x1.ee2f015ea8065p-34);
+    den = std::fma(w, den, 0x1.81f1947c52304p-25);
+    den = std::fma(w, den, 0x1.26c82ab46d140p-17);
+    den = std::fma(w, den, 0x1.b2e7c4d488c04p-11);
+    den = std::fma(w, den, 0x1.1998830265b50p-5);
+    den = std::fma(w, den, 0x1.f0d32a2f7dc79p-2);
+    den = std::fma(w, den, 1.0);
+    const double tanh_half = blend(std::fabs(half) >= 20.0, std::copysign(1.0, half),
+                                   c * num / den);
+    const double result = blend(std::fabs(x) > 0.5, e + -1.0, tanh_half * (e + 1.0));
+    return blend(half == 0.0, x, result);
+}
 // Each function is computed unconditionally and then selected, so that loops vectorise.
 template <typename R> inline R expm1_r(R a) {
+    if constexpr (std::is_same_v<R, double>) return xla_expm1(a);
     const R r = vm::expm1(a);
     return is_denormal(a) ? a : r;
 }
@@ -469,6 +843,7 @@ template <typename R> inline R tanh_r(R a) {  // f64: XLA reads a denormal as ze
     return is_denormal(a) ? a : r;
 }
 template <typename R> inline R log_r(R a) { return vm::log(flush(a)); }
+
 template <typename R> inline R log1p_r(R a) { return vm::log1p(flush(a)); }
 
 // Complex functions, computed as XLA computes them, in two families:
@@ -945,7 +1320,9 @@ template <typename T> inline T sqrt_(T a) {
     if constexpr (is_complex<T>) return cx::sqrt(a); else return std::sqrt(a);
 }
 template <typename T> inline T exp_(T a) {
-    if constexpr (is_complex<T>) return cx::exp(a); else return vm::exp(a);
+    if constexpr (is_complex<T>) return cx::exp(a);
+    else if constexpr (std::is_same_v<T, double>) return xla_exp(a);
+    else return vm::exp(a);
 }
 template <typename T> inline T expm1_(T a) {
     if constexpr (is_complex<T>) return cx::expm1(a); else return expm1_r(a);
@@ -987,7 +1364,7 @@ template <typename T> inline T atan2_(T a, T b) {
 }
 // The exponential inside XLA's own expansion of the logistic op.
 template <typename T> inline T exp_logistic(T a) {
-    if constexpr (is_complex<T>) return cx::exp_mlir(a); else return vm::exp(a);
+    if constexpr (is_complex<T>) return cx::exp_mlir(a); else return exp_(a);
 }
 template <typename T> inline bool is_finite(T a) { return std::isfinite(a); }
 // select: by bits for floats, so that loops computing both sides with calls vectorise

@@ -15,10 +15,14 @@ f16/bf16 products accumulate in f32 and round once. ``precision_config`` and
 ``algorithm`` change nothing on the CPU and are ignored, as the reference interpreter
 does (XLA's CPU rejects the algorithms that would change precision).
 
-* f32/f64/complex products go to OpenBLAS (cblas_?gemm, ?gemv when M or N is 1, ?dot /
-  ?dotu_sub when both are), one call per batch element, from a tasklet that loops over
-  the batch; f16/bf16 and mixed float products are converted by their copy and take the
-  same path.
+* Complex products (an operand of another type converted as it is read) sum each
+  element in the order of XLA's dot thunk, jaxlib's Eigen kernels (a multiply and a
+  reduce for one row times one column), bit for bit, up to Eigen's depth block and
+  ``EIGEN_ORDER_WORK`` multiply-adds (``_complex_product``, ``h2d::eigen_cdot``).
+* f32/f64 and larger complex products go to OpenBLAS (cblas_?gemm, ?gemv when M or N is
+  1, ?dot / ?dotu_sub when both are), one call per batch element, from a tasklet that
+  loops over the batch; f16/bf16 and mixed float products are converted by their copy
+  and take the same path.
 * Integers, booleans (OR of ANDs) and everything when OpenBLAS is missing are a loop nest
   in one tasklet, parallel over result rows: either blocks of a result row accumulated in
   registers while streaming rows of B (when B's free dimension is contiguous), or one
@@ -37,6 +41,7 @@ from dataclasses import dataclass
 from typing import Sequence, Union
 
 import dace
+import ml_dtypes
 
 from .. import ir, symbolic
 from . import dtypes
@@ -73,17 +78,16 @@ def blas_implementation() -> str:
 # ------------------------------------------------------------------- element types
 
 
-_FLOAT_FORMATS = {"f16": (16, 11), "bf16": (128, 8), "f32": (128, 24), "f64": (1024, 53)}
-_BITS = {"i1": 1, "f16": 16, "bf16": 16, "f32": 32, "f64": 64}
-
-
 def precision_key(element: ElementType) -> tuple:
     """XLA's order of precision (primitive_util::HigherPrecisionType): complex over real,
     then a float's range and significand, then bit width, then signed over unsigned."""
-    component = {"complex<f32>": "f32", "complex<f64>": "f64"}.get(element.element,
-                                                                    element.element)
-    overflow, significand = _FLOAT_FORMATS.get(component, (-1, -1))
-    bits = _BITS.get(component) or element.narrow_bits or element.numpy.itemsize * 8
+    component = dtypes.element_type({"complex<f32>": "f32", "complex<f64>": "f64"}.get(
+        element.element, element.element))
+    overflow = significand = -1
+    if component.is_float:
+        info = ml_dtypes.finfo(component.numpy)
+        overflow, significand = info.maxexp, info.nmant + 1
+    bits = 1 if element.is_bool else component.bits
     return (element.is_complex, overflow, significand, bits,
             element.is_integer and not element.is_unsigned)
 
@@ -335,6 +339,9 @@ def dot_general(b: Builder, op: ir.Op) -> None:
                                                        (v.type for v in op.operands))):
         _symbolic_product(b, op, product, (compute, accumulate), target)
         return
+    if accumulate.is_complex and _in_eigen_order(product, accumulate):
+        _complex_product(b, op, product, compute, target)
+        return
     small = not accumulate.is_complex and math.prod(sizes) <= SMALL_PRODUCT
     if (accumulate.element in BLAS_TYPES and blas_implementation() == "OpenBLAS"
             and max(sizes) <= BLAS_INT_MAX and not small):
@@ -547,6 +554,72 @@ def _symbolic_product(b: Builder, op: ir.Op, product: _Product,
               "}"]
     b.pointer_map("blas", (), {"__a": a, "__b": x}, {"__c": target},
                   "\n".join(lines), environments=[OpenBLAS.full_class_path()])
+
+
+# ------------------------------------------------------------ complex: XLA's order
+
+#: Eigen's depth block (its kc for an L1 data cache of 32 KiB: (32768 - 256) / 96 and /
+#: 128, rounded down to a multiple of 8): a longer contraction is summed in blocks, whose
+#: length depends on the machine's caches; up to it, the order is Eigen's kernels' alone
+EIGEN_DEPTH = {"complex<f32>": 336, "complex<f64>": 248}
+#: Eigen's matrix-vector kernel (a product with one row) sums contractions this long or
+#: longer in blocks of columns
+EIGEN_GEMV_DEPTH = 128
+#: multiply-adds up to which a complex product takes the loop nest in XLA's order, above
+#: which OpenBLAS's speed wins
+EIGEN_ORDER_WORK = 1 << 22
+
+
+def _in_eigen_order(product: _Product, accumulate: ElementType) -> bool:
+    """Whether a complex product is computed in the order of XLA's (Eigen's) kernels."""
+    batch = math.prod(product.shapes[0][pair[0]] for pair in product.batch)
+    reduce = product.m == product.n == 1  # XLA's multiply and reduce: any length
+    return ((reduce or product.k <= EIGEN_DEPTH[accumulate.element]
+             and (product.m > 1 or product.k < EIGEN_GEMV_DEPTH))
+            and batch * product.m * product.n * product.k <= EIGEN_ORDER_WORK)
+
+
+def _complex_product(b: Builder, op: ir.Op, product: _Product, compute: ElementType,
+                     target: Array) -> None:
+    """A complex product, an operand of another type converted as it is read (XLA
+    converts it first), each element summed as XLA's dot thunk (Eigen) sums it
+    (``h2d::eigen_cdot``): bit for bit XLA's results, where OpenBLAS's FMAs and order
+    were 8 to 172 ULP off in components that cancel. One tasklet, parallel over rows."""
+    m, n, k = product.m, product.n, product.k
+
+    def fits(side, operand, order):
+        return product.groups(side, operand, order)[0]
+
+    (a, x), order = _arrange(b, op, product, fits, None)
+    _, a_free, a_k = product.groups(0, a, order)
+    _, x_free, x_k = product.groups(1, x, order)
+    a_free, a_k, x_free, x_k = (stride or 0 for stride in (a_free, a_k, x_free, x_k))
+    real = "float" if compute.element == "complex<f32>" else "double"
+    batch = [product.shapes[0][pair[0]] for pair in product.batch]
+    rows = math.prod(batch) * m
+    indices = [f"__b{j}" for j in range(len(batch))]
+    lines = ["#pragma omp parallel for schedule(static)"] if rows * n * k > PARALLEL_WORK else []
+    lines += [f"for (int64_t __r = 0; __r < {rows}LL; ++__r) {{", "h2d::scalar_loop();",
+              f"int64_t __t = __r / {m}LL;"]
+    for index, size in reversed(list(zip(indices, batch))):
+        lines.append(f"const int64_t {index} = __t % {size}LL; __t /= {size}LL;")
+    pa, px, pc = product.offsets((a, x), indices)
+    cdot = (f"h2d::eigen_cdot<{real}>(__lhs, __rhs, {k}LL, "
+            f"h2d::cdot_order<{real}>(__m, __n, {m}LL, {n}LL))")
+    lines += [f"const int64_t __m = __r % {m}LL;",
+              f"const auto* __pa = __a + ({pa} + {a_free}LL * __m);",
+              f"auto* __pc = __c + ({pc} + {n}LL * __m);",
+              f"auto __lhs = [&](int64_t __k) {{ "
+              f"return {converted(f'__pa[__k * {a_k}LL]', a.element, compute)}; }};",
+              f"for (int64_t __n = 0; __n < {n}LL; ++__n) {{",
+              "h2d::scalar_loop();",
+              f"const auto* __col = __b + ({px} + {x_free}LL * __n);",
+              f"auto __rhs = [&](int64_t __k) {{ "
+              f"return {converted(f'__col[__k * {x_k}LL]', x.element, compute)}; }};",
+              f"__pc[__n] = {stored(cdot, compute, dtypes.of(op.result.type))};",
+              "}", "}"]
+    b.pointer_map("dot_complex", (), {"__a": a.array, "__b": x.array}, {"__c": target},
+                  "\n".join(lines))
 
 
 # --------------------------------------------------------------------- loop nest

@@ -22,7 +22,7 @@ def _float(value: float, ctype: str) -> str:
 
 def literal(value, element: ElementType, storage: bool = False) -> str:
     """``value`` as a C++ expression of the element's compute type (or of its storage type
-    with ``storage=True``, which differs for f16/bf16)."""
+    with ``storage=True``, which differs for floats stored as bits)."""
     if element.is_bool:
         return "true" if bool(value) else "false"
     if element.is_integer:
@@ -34,8 +34,9 @@ def literal(value, element: ElementType, storage: bool = False) -> str:
         value = complex(value)
         return f"{element.compute}({_float(value.real, part)}, {_float(value.imag, part)})"
     if element.is_stored_as_bits:
-        bits = int(np.asarray(value, dtype=element.numpy).view(np.uint16))
+        bits = int(np.asarray(value, dtype=element.numpy).view(element.storage_numpy))
+        ctype = element.storage.ctype
         if storage:
-            return f"((uint16_t){bits}u)"
-        return f"h2d::{element.rounding}_to_float((uint16_t){bits}u)"
+            return f"(({ctype}){bits}u)"
+        return f"h2d::{element.rounding}_to_float(({ctype}){bits}u)"
     return _float(float(value), element.compute)

@@ -35,6 +35,9 @@ from .fusion import scalar_region
 from .literals import literal
 from .registry import register
 
+#: XLA's ReduceWindowRewriter computes a scan longer than this (its CPU base length) in
+#: blocks of this length (``_scan``)
+SCAN_BLOCK = 16
 #: outputs below this count make a reduction split its reduced elements into chunks
 FEW_OUTPUTS = 64
 #: chunks never hold fewer elements than this (a chunk is one loop, run by one thread)
@@ -104,10 +107,9 @@ def _accumulate(b: Builder, op: ir.Op, label: str, reads: Reads, loops: Sequence
     """One map over the ``targets``' shape: per element, accumulators start from
     ``starts``, the ``loops`` visit the elements ``reads`` gives (skipped where ``guard``
     is false), the reducer body (``op``'s first region) folds each into the accumulators,
-    and the results are stored. A sum of f16 or bf16 accumulates in float and rounds
-    once, as XLA's CPU code does in effect (rounding every step would lose all precision
-    over long sums). ``read_types``: the types of what ``reads`` reads, if not ``op``'s
-    reduced operands (a fold of partial results).
+    and the results are stored. The body rounds every step to its element type, as XLA's
+    does (a sum of bf16 rounds each partial sum to bf16). ``read_types``: the types of
+    what ``reads`` reads, if not ``op``'s reduced operands (a fold of partial results).
 
     Without a guard, and with ``lanes`` for a body with an exact identity (``_identity``)
     or elements to compute (a fused elementwise expression), the innermost loop runs a
@@ -175,14 +177,11 @@ def _fold(b: Builder, op: ir.Op, targets: Sequence[Array], starts: Sequence[Arra
     results = [dtypes.of(t.type, op.name, op.location) for t in targets]
     scalars = {f"__init{k}": start for k, start in enumerate(starts)}
     n = len(targets)
-    if _is_float_sum(op):
-        body, returned = [], ["__acc0 + __x0"]
-    else:
-        saved = b.current_op
-        body, returned = scalar_region(
-            b, op.regions[0].entry,
-            [f"__acc{k}" for k in range(n)] + [f"__x{k}" for k in range(n)], "__v")
-        b.current_op = saved
+    saved = b.current_op
+    body, returned = scalar_region(
+        b, op.regions[0].entry,
+        [f"__acc{k}" for k in range(n)] + [f"__x{k}" for k in range(n)], "__v")
+    b.current_op = saved
     body = body + [f"__acc{k} = {expression};" for k, expression in enumerate(returned)]
     return elements, results, scalars, body
 
@@ -219,13 +218,6 @@ def _reducer(op: ir.Op) -> ir.Op | None:
     return reducer
 
 
-def _is_float_sum(op: ir.Op) -> bool:
-    """A sum of f16 or bf16 values (held in float while computing)."""
-    reducer = _reducer(op)
-    return (reducer is not None and reducer.name == "stablehlo.add"
-            and dtypes.of(op.results[0].type).is_stored_as_bits)
-
-
 def _identity(op: ir.Op) -> object | None:
     """The identity of the reducer body if it is one associative, commutative op of its two
     arguments whose identity is exact (None otherwise)."""
@@ -249,7 +241,12 @@ def _identity(op: ir.Op) -> object | None:
         table = {"stablehlo.add": -0.0, "stablehlo.multiply": 1.0,
                  "stablehlo.maximum": -np.inf, "stablehlo.minimum": np.inf}
     value = table.get(reducer.name)
-    return None if value is None else np.array(value).astype(dtype)[()]
+    if value is None:
+        return None
+    identity = np.array(value).astype(dtype)[()]
+    if element.is_float and float(identity) != value:
+        return None  # not in the type (no infinity in f8E4M3FN, no zero in f8E8M0FNU)
+    return identity
 
 
 @register("stablehlo.reduce")
@@ -399,6 +396,19 @@ def reduce_window(b: Builder, op: ir.Op) -> None:
     dilations = attribute("window_dilations", 1)
     padding = op.attr("padding")
     low = tuple(int(p) for p in padding.array[:, 0]) if padding is not None else (0,) * rank
+    high = tuple(int(p) for p in padding.array[:, 1]) if padding is not None else (0,) * rank
+    trivial = [window[d] == strides[d] == base[d] == dilations[d] == 1 and low[d] == high[d] == 0
+               for d in range(rank)]
+    if (len(op.operands) == 2 and trivial.count(False) == 1
+            and not symbolic.is_symbolic(op.operands[0].type)):
+        d = trivial.index(False)
+        n = shape[d]
+        forward = low[d] in (n - 1, n) and high[d] == 0
+        reverse = high[d] in (n - 1, n) and low[d] == 0
+        if (n > SCAN_BLOCK and window[d] == n and strides[d] == base[d] == dilations[d] == 1
+                and (forward or reverse)):
+            _scan(b, op, d, forward, exclusive=max(low[d], high[d]) == n)
+            return
     loops, guards, indices = [], [], []
     for d in range(rank):
         loops.append((f"__w{d}", "0", str(window[d])))
@@ -408,6 +418,43 @@ def reduce_window(b: Builder, op: ir.Op) -> None:
         indices.append(f"{position} / {base[d]}")
     _emit(b, op, loops, " && ".join(f"({g})" for g in guards), indices,
           int(np.prod(window, dtype=np.int64)))
+
+
+def _scan(b: Builder, op: ir.Op, dimension: int, forward: bool, exclusive: bool) -> None:
+    """A scan longer than ``SCAN_BLOCK`` (cumsum, cumprod, cummax...) in XLA's order
+    (``h2d::xla_scan``: blocks of 16, then their totals), one map iteration per row along
+    ``dimension``. An exclusive scan (padding of the whole length) has the init value
+    first (last for a reverse scan)."""
+    operand, init = op.operands
+    element = dtypes.of(operand.type, op.name, op.location)
+    shape, result_shape = operand.type.shape, op.result.type.shape
+    n = shape[dimension]
+    rows = [size for d, size in enumerate(shape) if d != dimension]
+    params = iter(map_params(len(rows)))
+    at = [next(params) if d != dimension else "__k" for d in range(len(shape))]
+    saved = b.current_op
+    body, (returned,) = scalar_region(b, op.regions[0].entry, ["__a", "__x"], "__v")
+    b.current_op = saved
+    value = element.compute
+    if exclusive:
+        position = "__k == 0" if forward else f"__k == {n}"
+        take = f"({position} ? __init : __out[__k - {int(forward)}])"
+    else:
+        take = "__out[__k]"
+    lines = [f"const {value} __init = {element.load('__init0')};",
+             f"std::vector<{value}> __row({n}), __out;",
+             f"for (int64_t __k = 0; __k < {n}; ++__k) "
+             f"__row[__k] = {element.load(f'__in0[{flat_index(shape, at)}]')};",
+             f"auto __body = [&](const {value} __a, const {value} __x) {{",
+             *body, f"return {returned};", "};",
+             f"h2d::xla_scan(__row, __init, __body, {'true' if forward else 'false'}, __out);",
+             f"for (int64_t __k = 0; __k < {result_shape[dimension]}; ++__k) "
+             f"__dst[{flat_index(result_shape, at)}] = {element.store(take)};"]
+    target = b.result_array(op.result)
+    b.indexed_map_into("scan", ir.TensorType(tuple(rows), op.result.type.element), target,
+                       {"__in0": b.array(operand)}, {"__init0": b.scalar_operand(init)},
+                       "\n".join(lines), 2 * n)
+    b.bind(op.result, target)
 
 
 @register("stablehlo.select_and_scatter")
