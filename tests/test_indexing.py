@@ -16,7 +16,7 @@ import pytest
 from jax import lax
 
 import hlo2dace
-from hlo2dace.translate.builder import PARALLEL_WORK
+from hlo2dace.translate.emitter import PARALLEL_MAP_WORK
 from hlo2dace.translate.indexing import ATOMIC_MIN_BYTES, CHUNK
 from hlo2dace.xla import run_module
 
@@ -250,13 +250,13 @@ def test_parallel_updates(dtype, large):
     duplicates, against the same sequential XLA result (enough updates for threads)."""
     n = ATOMIC_MIN_BYTES // np.dtype(dtype).itemsize + 3 if large else 37
     rng = np.random.default_rng(0)
-    i = np.concatenate([rng.integers(-3, 40, 5000), rng.integers(0, n + 3, PARALLEL_WORK)])
+    i = np.concatenate([rng.integers(-3, 40, 5000), rng.integers(0, n + 3, PARALLEL_MAP_WORK)])
     i = i.astype(np.int32)
     u = sample(dtype, (i.size,), seed=2)
     x = sample(dtype, (n,), seed=3)
     perm = rng.permutation(n).astype(np.int32)[:5000]
     rows = sample(dtype, (3, 2 * CHUNK + 1), seed=4)
-    per_batch = PARALLEL_WORK // 8 + 100  # batches updated in parallel
+    per_batch = PARALLEL_MAP_WORK // 8 + 100  # batches updated in parallel
 
     def f(x, u, i, perm, rows):
         out = {

@@ -14,7 +14,8 @@ import numpy as np
 
 from .. import ir
 from . import dtypes
-from .builder import Builder, Literal
+from .bindings import Binding, Literal
+from .builder import Builder
 from .custom_call import CustomCall, register_target
 from .registry import register
 
@@ -25,18 +26,18 @@ _OPERAND_IS_RESULT = ("stablehlo.all_reduce", "stablehlo.all_gather",
 
 
 @register("sdy.sharding_constraint", "sdy.reshard", "sdy.propagation_barrier")
-def sharding_annotation(b: Builder, op: ir.Op) -> None:
-    b.bind(op.result, b.binding(op.operands[0]))
+def sharding_annotation(b: Builder, op: ir.Op) -> list[Binding]:
+    return [b.binding(op.operands[0])]
 
 
 @register_target("Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape")
-def sharding_custom_call(b: Builder, call: CustomCall) -> None:
+def sharding_custom_call(b: Builder, call: CustomCall) -> list[Binding]:
     """GSPMD's annotations (what JAX emits when Shardy is switched off)."""
     op = call.op
     if op.operands[0].type != op.result.type:
         raise b.unsupported(f"{call.target} from {op.operands[0].type} to {op.result.type} "
                             "(only a one-device mesh is supported)")
-    b.bind(op.result, b.binding(op.operands[0]))
+    return [b.binding(op.operands[0])]
 
 
 def _check_one_process(b: Builder, op: ir.Op) -> None:
@@ -52,32 +53,28 @@ def _check_one_process(b: Builder, op: ir.Op) -> None:
 
 
 @register(*_OPERAND_IS_RESULT)
-def single_process_collective(b: Builder, op: ir.Op) -> None:
+def single_process_collective(b: Builder, op: ir.Op) -> list[Binding]:
     _check_one_process(b, op)
     for operand, result in zip(op.operands, op.results):
         if operand.type != result.type:
             raise b.unsupported(f"{operand.type} -> {result.type} on one process")
-        b.bind(result, b.binding(operand))
+    return [b.binding(operand) for operand in op.operands]
 
 
 @register("stablehlo.collective_permute")
-def collective_permute(b: Builder, op: ir.Op) -> None:
+def collective_permute(b: Builder, op: ir.Op) -> list[Binding]:
     """A process that receives nothing gets zeros; on one process it receives its own
     operand only if the pair (0, 0) is listed."""
     pairs = op.attr("source_target_pairs").array.reshape(-1, 2)
     if any(int(p) != 0 for p in pairs.reshape(-1)):
         raise b.unsupported(f"source_target_pairs {pairs.tolist()}: only process 0 exists "
                             "(a multi-process target is planned)")
-    result = op.result
-    if len(pairs):
-        b.bind(result, b.binding(op.operands[0]))
-        return
-    b.bind(result, _zeros(op))
+    return [b.binding(op.operands[0]) if len(pairs) else _zeros(op)]
 
 
 @register("stablehlo.replica_id", "stablehlo.partition_id")
-def process_id(b: Builder, op: ir.Op) -> None:
-    b.bind(op.result, _zeros(op))
+def process_id(b: Builder, op: ir.Op) -> list[Binding]:
+    return [_zeros(op)]
 
 
 def _zeros(op: ir.Op) -> Literal:

@@ -38,18 +38,21 @@ round once, as XLA's CPU backend does (it converts them into f32 convolutions).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from dataclasses import dataclass
 from typing import Sequence
 
-import dace
 import numpy as np
 
 from .. import ir
 from . import dtypes
-from .builder import Array, Builder, Literal, map_params
+from .bindings import Array, Binding, Literal, map_params
+from .builder import Builder
+from .cpp import Loop, Writer
 from .dtypes import ElementType
+from .emitter import Element, Whole
 from .linalg import (
     BLAS_INT_MAX,
     BLAS_TYPES,
@@ -209,37 +212,36 @@ class _Convolution:
 
 
 @register("stablehlo.convolution")
-def convolution(b: Builder, op: ir.Op) -> None:
-    _translate(b, op, _Convolution.of(op))
+def convolution(b: Builder, op: ir.Op) -> list[Binding]:
+    return _translate(b, op, _Convolution.of(op))
 
 
 @register("stablehlo.dynamic_conv")
-def dynamic_conv(b: Builder, op: ir.Op) -> None:
+def dynamic_conv(b: Builder, op: ir.Op) -> list[Binding]:
     """A convolution whose padding is its third operand: translated when that is a
     constant, whose values are then known here."""
-    padding = b.operand(op.operands[2])
-    if isinstance(padding, Literal):
+    padding = b.readable(op.operands[2])
+    if padding.is_literal:
         values = np.full(op.operands[2].type.shape, padding.value)
-    elif isinstance(padding, Array) and padding.name in b.constants:
-        values = b.constants[padding.name]
+    elif padding.data in b.constants:
+        values = b.constants[padding.data]
     else:
         raise b.unsupported("padding computed at run time", ["constant padding"])
-    _translate(b, op, _Convolution.of(op, values))
+    return _translate(b, op, _Convolution.of(op, values))
 
 
-def _translate(b: Builder, op: ir.Op, conv: _Convolution) -> None:
+def _translate(b: Builder, op: ir.Op, conv: _Convolution) -> list[Binding]:
     lhs, kernel = op.operands[:2]
     lhs_element, kernel_element, result, compute = op_types(b, op, "convolution")
     if conv.feature_groups > 1 and conv.batch_groups > 1:
         raise b.unsupported("both feature_group_count and batch_group_count above 1")
     accumulate = dtypes.element_type("f32") if compute.is_stored_as_bits else compute
-    target = b.result_array(op.result)
-    b.bind(op.result, target)
+    target = b.allocate_result(op.result)
     if op.result.type.size == 0:
-        return
+        return [target]
     if conv.depth == 0 or lhs.type.size == 0:  # every window sums nothing (or only padding)
-        b.copy_into(Literal(result.numpy.type(0), op.result.type), target)
-        return
+        b.emit.copy(Literal(result.numpy.type(0), op.result.type), target)
+        return [target]
     types = (compute, accumulate, result)
     work = conv.rows * conv.group_out * conv.depth
     if (accumulate.element in BLAS_TYPES and blas_implementation() == "OpenBLAS"
@@ -249,6 +251,7 @@ def _translate(b: Builder, op: ir.Op, conv: _Convolution) -> None:
         _blas_convolution(b, op, conv, types, target)
     else:
         _loop_convolution(b, op, conv, types, target)
+    return [target]
 
 
 # ---------------------------------------------------------------------- loop nest
@@ -260,37 +263,37 @@ def _loop_convolution(b: Builder, op: ir.Op, conv: _Convolution,
     """One map over the result; per element, a loop nest over the window (outer) and the
     input features (inner) with one register sum, both operands read in place."""
     compute, accumulate, result = types
-    x, w = (strided_operand(b.operand(v)) or strided_operand(b.array(v)) for v in op.operands[:2])
+    x, w = (strided_operand(b.readable(v)) or strided_operand(b.array(v)) for v in op.operands[:2])
     params = map_params(len(conv.out_shape))
     out_feature, out_batch = params[conv.out_feature], params[conv.out_batch]
     zero = literal(accumulate.numpy.type(0), accumulate)
-    lines = [f"const int64_t __g = (int64_t){out_feature} / {conv.group_out}LL;",
-             f"const auto* __xb = __x + ({x.offset}LL + (int64_t){out_batch} * "
-             f"{x.strides[conv.lhs_batch]}LL + __g * {conv.lhs_group_stride(x)}LL);",
-             f"const auto* __wb = __w + ({w.offset}LL + (int64_t){out_feature} * "
-             f"{w.strides[conv.kernel_out]}LL);",
-             f"{accumulate.compute} __acc = {zero};"]
+    code = Writer()
+    code.line(f"const int64_t __g = (int64_t){out_feature} / {conv.group_out}LL;",
+              f"const auto* __xb = __x + ({x.offset}LL + (int64_t){out_batch} * "
+              f"{x.strides[conv.lhs_batch]}LL + __g * {conv.lhs_group_stride(x)}LL);",
+              f"const auto* __wb = __w + ({w.offset}LL + (int64_t){out_feature} * "
+              f"{w.strides[conv.kernel_out]}LL);",
+              f"{accumulate.compute} __acc = {zero};")
     valid, x_terms = "true", [f"__c * {x.strides[conv.lhs_feature]}LL"]
     w_terms = [f"__c * {w.strides[conv.kernel_in]}LL"]
-    for d, size in enumerate(conv.window):
-        lines += [f"for (int64_t __k{d} = 0; __k{d} < {size}LL; ++__k{d}) {{",
-                  "h2d::scalar_loop();",
-                  f"const int64_t __q{d} = "
-                  f"{conv.position(d, params[conv.out_spatial[d]], f'__k{d}')};",
-                  f"const bool __v{d} = {valid} && {conv.valid(d, f'__q{d}')};"]
-        valid = f"__v{d}"
-        x_terms.append(conv.lhs_offset(d, f"__q{d}", x))
-        w_terms.append(f"__k{d} * {w.strides[conv.kernel_spatial[d]]}LL")
-    load_x = converted(f"__xb[{' + '.join(x_terms)}]", x.element, compute)
-    load_w = converted(f"__wb[{' + '.join(w_terms)}]", w.element, compute)
-    lines += [f"for (int64_t __c = 0; __c < {conv.group_in}LL; ++__c) {{",
-              "h2d::scalar_loop();",
-              f"const {accumulate.compute} __xv = {valid} ? {load_x} : {zero};",
-              f"__acc = h2d::add(__acc, h2d::mul(__xv, {load_w}));",
-              "}" * (conv.rank + 1),
-              f"__out = {stored('__acc', accumulate, result)};"]
-    b.indexed_map("convolution", target, {"__x": x.array, "__w": w.array}, {},
-                  "\n".join(lines), conv.depth)
+    with contextlib.ExitStack() as window:
+        for d, size in enumerate(conv.window):
+            window.enter_context(code.loops(Loop(f"__k{d}", "0", f"{size}LL"), scalar=True))
+            code.line(f"const int64_t __q{d} = "
+                      f"{conv.position(d, params[conv.out_spatial[d]], f'__k{d}')};",
+                      f"const bool __v{d} = {valid} && {conv.valid(d, f'__q{d}')};")
+            valid = f"__v{d}"
+            x_terms.append(conv.lhs_offset(d, f"__q{d}", x))
+            w_terms.append(f"__k{d} * {w.strides[conv.kernel_spatial[d]]}LL")
+        load_x = converted(f"__xb[{' + '.join(x_terms)}]", x.element, compute)
+        load_w = converted(f"__wb[{' + '.join(w_terms)}]", w.element, compute)
+        with code.loops(Loop("__c", "0", f"{conv.group_in}LL"), scalar=True):
+            code.line(f"const {accumulate.compute} __xv = {valid} ? {load_x} : {zero};",
+                      f"__acc = h2d::add(__acc, h2d::mul(__xv, {load_w}));")
+    code.line(f"__out = {stored('__acc', accumulate, result)};")
+    b.emit.map("convolution", target.type.shape, code.text(),
+               {"__x": Whole(x.array), "__w": Whole(w.array)}, {"__out": Element(target)},
+               conv.depth)
 
 
 # -------------------------------------------------------------------------- im2col
@@ -303,18 +306,17 @@ def _pack_kernel(b: Builder, value: ir.Value, conv: _Convolution,
     "kernel" is the gradient of the result)."""
     compute, accumulate = convert
     shape = (conv.groups, *conv.window, conv.group_in, conv.group_out)
-    packed = b.add_array("kernel_packed", ir.TensorType(shape, accumulate.element))
+    packed = b.emit.add_array("kernel_packed", ir.TensorType(shape, accumulate.element))
     params = map_params(len(shape))
     positions = [""] * len(conv.kernel_shape)
     for d, dim in enumerate(conv.kernel_spatial):
         positions[dim] = params[1 + d]
     positions[conv.kernel_in] = params[-2]
     positions[conv.kernel_out] = f"({conv.group_out} * {params[0]} + {params[-1]})"
-    binding, source = b.operand(value), dtypes.of(value.type)
+    binding, source = b.readable(value), dtypes.of(value.type)
     read, inputs = read_element(binding, source, positions)
-    b.mapped_tasklet("kernel_pack", packed.type, inputs,
-                     f"__out = {converted(read, source, compute)};",
-                     {"__out": dace.Memlet(f"{packed.name}[{', '.join(params)}]")})
+    b.emit.map("kernel_pack", shape, f"__out = {converted(read, source, compute)};", inputs,
+               {"__out": Element(packed)})
     return packed
 
 
@@ -353,7 +355,7 @@ def _blas_convolution(b: Builder, op: ir.Op, conv: _Convolution,
 
     compute, accumulate, result = types
     lhs_value, kernel_value = op.operands[:2]
-    x = strided_operand(b.operand(lhs_value)) or strided_operand(b.array(lhs_value))
+    x = strided_operand(b.readable(lhs_value)) or strided_operand(b.array(lhs_value))
     packed = _pack_kernel(b, kernel_value, conv, (compute, accumulate))
     depth, group_out, rows = conv.depth, conv.group_out, conv.rows
     # A deep kernel (a weight gradient's) is cut into slabs of its first spatial dimension,
@@ -390,67 +392,70 @@ def _blas_convolution(b: Builder, op: ir.Op, conv: _Convolution,
     small = chunk * slab_depth <= 4 * PATCH_ELEMENTS
     threads = max(1, min(PARALLEL_TASKS, tasks // 2) if small else 1)
 
-    patches = b.add_array("patches", ir.TensorType((threads, chunk, slab_depth),
+    patches = b.emit.add_array("patches", ir.TensorType((threads, chunk, slab_depth),
                                                    accumulate.element))
-    scratch = (b.add_array("conv_block", ir.TensorType((threads, chunk, group_out),
+    scratch = (b.emit.add_array("conv_block", ir.TensorType((threads, chunk, group_out),
                                                        accumulate.element))
                if layout is None else None)
     ctype = accumulate.compute
-    lines = [f"const auto* __lhs = __x + {x.offset}LL;"]
+    code = Writer()
+    code.line(f"const auto* __lhs = __x + {x.offset}LL;")
     if accumulate.is_complex:
-        lines.append(f"const {ctype} __one(1), __zero(0);")
-    body = [f"const int64_t __g = __task / {chunks}LL, __chunk = __task % {chunks}LL;",
-            f"const int64_t __r0 = __chunk / {per_block}LL * {block}LL + "
-            f"__chunk % {per_block}LL * {chunk}LL;",
-            f"const int64_t __rn = std::min<int64_t>({chunk}LL, "
-            f"(__chunk / {per_block}LL + 1) * {block}LL - __r0);"]
-    if slabs > 1:
-        body += [f"for (int64_t __s = 0; __s < {slabs}LL; ++__s) {{", "h2d::scalar_loop();",
-                 f"const int64_t __ka = __s * {per_slab}LL, "
-                 f"__kb = std::min<int64_t>({taps}LL, __ka + {per_slab}LL);"]
-        slab = ("__ka", "__kb", "__s")
-    else:
-        slab = ("0", str(taps), "0")
-    body += [f"const {ctype}* __wg = __w + __g * {depth * group_out}LL + {slab[0]} * "
-             f"{depth // taps * group_out}LL;",
-             *_pack_patches(conv, x, (compute, accumulate), slab, slab_depth),
-             *_multiply(conv, accumulate, layout, slab, slab_depth,
-                        (start, block, row_stride, feature_stride))]
-    if slabs > 1:
-        body.append("}")
-    if layout is None:
-        body += _scatter(conv, accumulate, result, feature_stride)
-    loop = [f"for (int64_t __task = 0; __task < {tasks}LL; ++__task) {{",
-            "h2d::scalar_loop();", *body, "}"]
+        code.line(f"const {ctype} __one(1), __zero(0);")
+    slab = ("__ka", "__kb", "__s") if slabs > 1 else ("0", str(taps), "0")
+
+    def tasks_loop():
+        with code.loops(Loop("__task", "0", f"{tasks}LL"), scalar=True):
+            code.line(f"const int64_t __g = __task / {chunks}LL, __chunk = __task % {chunks}LL;",
+                      f"const int64_t __r0 = __chunk / {per_block}LL * {block}LL + "
+                      f"__chunk % {per_block}LL * {chunk}LL;",
+                      f"const int64_t __rn = std::min<int64_t>({chunk}LL, "
+                      f"(__chunk / {per_block}LL + 1) * {block}LL - __r0);")
+            with contextlib.ExitStack() as slabs_loop:
+                if slabs > 1:
+                    slabs_loop.enter_context(code.loops(Loop("__s", "0", f"{slabs}LL"),
+                                                        scalar=True))
+                    code.line(f"const int64_t __ka = __s * {per_slab}LL, "
+                              f"__kb = std::min<int64_t>({taps}LL, __ka + {per_slab}LL);")
+                code.line(f"const {ctype}* __wg = __w + __g * {depth * group_out}LL + "
+                          f"{slab[0]} * {depth // taps * group_out}LL;")
+                _pack_patches(code, conv, x, (compute, accumulate), slab, slab_depth)
+                _multiply(code, conv, accumulate, layout, slab, slab_depth,
+                          (start, block, row_stride, feature_stride))
+            if layout is None:
+                _scatter(code, conv, accumulate, result, feature_stride)
+
     buffers = [f"{ctype}* __pt = __patches + __worker * {chunk * slab_depth}LL;"]
     if scratch is not None:
         buffers.append(f"{ctype}* __bt = __block + __worker * {chunk * group_out}LL;")
     if threads == 1:
-        lines += ["const int64_t __worker = 0;", *buffers, *loop]
+        code.line("const int64_t __worker = 0;", *buffers)
+        tasks_loop()
     else:
-        b.include_once("#include <omp.h>\n")
+        b.emit.include_once("#include <omp.h>\n")
         # one thread per GEMM: OpenBLAS's threads would fight the OpenMP workers for cores
-        lines += ["#ifdef OPENBLAS_VERSION",
+        code.line("#ifdef OPENBLAS_VERSION",
                   "const int __blas_threads = openblas_get_num_threads();",
                   "openblas_set_num_threads(1);",
                   "#endif",
-                  f"#pragma omp parallel num_threads(std::min({threads}, omp_get_max_threads()))",
-                  "{",
-                  "const int64_t __worker = omp_get_thread_num();", *buffers,
-                  "#pragma omp for schedule(dynamic)", *loop,
-                  "}",
-                  "#ifdef OPENBLAS_VERSION",
+                  f"#pragma omp parallel num_threads(std::min({threads}, omp_get_max_threads()))")
+        with code.block(""):
+            code.line("const int64_t __worker = omp_get_thread_num();", *buffers,
+                      "#pragma omp for schedule(dynamic)")
+            tasks_loop()
+        code.line("#ifdef OPENBLAS_VERSION",
                   "openblas_set_num_threads(__blas_threads);",
-                  "#endif"]
-    outputs = {"__c": target, "__patches": patches}
+                  "#endif")
+    outputs = {"__c": Whole(target), "__patches": Whole(patches)}
     if scratch is not None:
-        outputs["__block"] = scratch
-    b.pointer_map("convolution_blas", (), {"__x": x.array, "__w": packed}, outputs,
-                  "\n".join(lines), environments=[OpenBLAS.full_class_path()])
+        outputs["__block"] = Whole(scratch)
+    b.emit.map("convolution_blas", (), code.text(), {"__x": Whole(x.array), "__w": Whole(packed)},
+               outputs, environments=[OpenBLAS.full_class_path()])
 
 
-def _pack_patches(conv: _Convolution, x: Operand, convert: tuple[ElementType, ElementType],
-                  slab: tuple[str, str, str], width: int) -> list[str]:
+def _pack_patches(code: Writer, conv: _Convolution, x: Operand,
+                  convert: tuple[ElementType, ElementType], slab: tuple[str, str, str],
+                  width: int) -> None:
     """C++ that packs rows ``__r0 .. __r0 + __rn`` of group ``__g`` into the patch matrix
     ``__pt`` (rows of ``width``): per result row, the input features of each kernel tap
     side by side, the first spatial dimension's taps from ``slab[0]`` to ``slab[1]`` (C++
@@ -472,52 +477,51 @@ def _pack_patches(conv: _Convolution, x: Operand, convert: tuple[ElementType, El
     def taps(d):
         return slab[:2] if d == 0 else ("0", str(window[d]))
 
-    lines = ["for (int64_t __r = 0; __r < __rn; ++__r) {", "h2d::scalar_loop();",
-             *_decode("__r0 + __r", [(name, n) for name, n, _ in conv.row_dims()]),
-             f"const auto* __src = __lhs + (__n * {x.strides[conv.lhs_batch]}LL + __g * "
-             f"{conv.lhs_group_stride(x)}LL);",
-             f"{ctype}* __dst = __pt + __r * {width}LL;"]
-    offsets = []
-    for d in range(last if span else conv.rank):
-        below = math.prod(window[d + 1:]) * group_in
-        first, end = taps(d)
-        lines += [f"for (int64_t __k{d} = {first}; __k{d} < {end}; ++__k{d}) {{",
-                  "h2d::scalar_loop();",
-                  f"const int64_t __q{d} = {conv.position(d, f'__p{d}', f'__k{d}')};",
-                  f"if (!({conv.valid(d, f'__q{d}')})) {{ std::memset(__dst, 0, {below}LL * "
-                  f"{size}); __dst += {below}LL; continue; }}"]
-        offsets.append(conv.lhs_offset(d, f"__q{d}", x))
-    if span:  # the taps from __lo to __hi of [first, end) are inside the lhs
-        first, end = taps(last)
-        extent = conv.lhs_shape[conv.lhs_spatial[last]]
-        offsets.append(f"(__q{last} + __lo) * {group_in}LL")
-        lines += [f"const int64_t __q{last} = {conv.position(last, f'__p{last}', '0')};",
-                  f"const int64_t __lo = std::max<int64_t>({first}, -__q{last});",
-                  f"const int64_t __hi = std::min<int64_t>({end}, {extent}LL - __q{last});",
-                  f"if (__hi <= __lo) std::memset(__dst, 0, ({end} - {first}) * {group_in}LL "
-                  f"* {size});",
-                  "else {",
-                  f"std::memset(__dst, 0, (__lo - {first}) * {group_in}LL * {size});",
-                  f"std::memcpy(__dst + (__lo - {first}) * {group_in}LL, "
-                  f"__src + ({' + '.join(offsets)}), (__hi - __lo) * {group_in}LL * {size});",
-                  f"std::memset(__dst + (__hi - {first}) * {group_in}LL, 0, ({end} - __hi) * "
-                  f"{group_in}LL * {size});",
-                  "}",
-                  f"__dst += ({end} - {first}) * {group_in}LL;"]
-        return lines + ["}" * conv.rank]
-    lines.append(f"const auto* __tap = __src + ({' + '.join(offsets) or '0'});")
-    if copies:
-        lines.append(f"std::memcpy(__dst, __tap, {group_in}LL * {size});")
-    else:
-        value = converted(f"__tap[__c * {feature_stride}LL]", x.element, compute)
-        lines += [f"for (int64_t __c = 0; __c < {group_in}LL; ++__c) {{",
-                  "h2d::scalar_loop();", f"__dst[__c] = {value};", "}"]
-    return lines + [f"__dst += {group_in}LL;", "}" * (conv.rank + 1)]
+    with code.loops(Loop("__r", "0", "__rn"), scalar=True), contextlib.ExitStack() as nest:
+        code.lines(_decode("__r0 + __r", [(name, n) for name, n, _ in conv.row_dims()]))
+        code.line(f"const auto* __src = __lhs + (__n * {x.strides[conv.lhs_batch]}LL + __g * "
+                  f"{conv.lhs_group_stride(x)}LL);",
+                  f"{ctype}* __dst = __pt + __r * {width}LL;")
+        offsets = []
+        for d in range(last if span else conv.rank):
+            below = math.prod(window[d + 1:]) * group_in
+            first, end = taps(d)
+            nest.enter_context(code.loops(Loop(f"__k{d}", first, end), scalar=True))
+            code.line(f"const int64_t __q{d} = {conv.position(d, f'__p{d}', f'__k{d}')};",
+                      f"if (!({conv.valid(d, f'__q{d}')})) {{ std::memset(__dst, 0, "
+                      f"{below}LL * {size}); __dst += {below}LL; continue; }}")
+            offsets.append(conv.lhs_offset(d, f"__q{d}", x))
+        if span:  # the taps from __lo to __hi of [first, end) are inside the lhs
+            first, end = taps(last)
+            extent = conv.lhs_shape[conv.lhs_spatial[last]]
+            offsets.append(f"(__q{last} + __lo) * {group_in}LL")
+            code.line(f"const int64_t __q{last} = {conv.position(last, f'__p{last}', '0')};",
+                      f"const int64_t __lo = std::max<int64_t>({first}, -__q{last});",
+                      f"const int64_t __hi = std::min<int64_t>({end}, {extent}LL - __q{last});",
+                      f"if (__hi <= __lo) std::memset(__dst, 0, ({end} - {first}) * "
+                      f"{group_in}LL * {size});")
+            with code.block("else"):
+                code.line(f"std::memset(__dst, 0, (__lo - {first}) * {group_in}LL * {size});",
+                          f"std::memcpy(__dst + (__lo - {first}) * {group_in}LL, "
+                          f"__src + ({' + '.join(offsets)}), (__hi - __lo) * {group_in}LL * "
+                          f"{size});",
+                          f"std::memset(__dst + (__hi - {first}) * {group_in}LL, 0, "
+                          f"({end} - __hi) * {group_in}LL * {size});")
+            code.line(f"__dst += ({end} - {first}) * {group_in}LL;")
+            return
+        code.line(f"const auto* __tap = __src + ({' + '.join(offsets) or '0'});")
+        if copies:
+            code.line(f"std::memcpy(__dst, __tap, {group_in}LL * {size});")
+        else:
+            value = converted(f"__tap[__c * {feature_stride}LL]", x.element, compute)
+            with code.loops(Loop("__c", "0", f"{group_in}LL"), scalar=True):
+                code.line(f"__dst[__c] = {value};")
+        code.line(f"__dst += {group_in}LL;")
 
 
-def _multiply(conv: _Convolution, accumulate: ElementType, layout: str | None,
+def _multiply(code: Writer, conv: _Convolution, accumulate: ElementType, layout: str | None,
               slab: tuple[str, str, str], width: int,
-              strides: tuple[int, int, int | None, int]) -> list[str]:
+              strides: tuple[int, int, int | None, int]) -> None:
     """C++: the GEMM of the patch matrix (rows of ``width``; the taps of ``slab``) and the
     group's kernel, added to what earlier slabs summed, into the result (in ``layout``;
     ``strides``: where its single-strided row blocks start among the row dimensions, their
@@ -531,37 +535,37 @@ def _multiply(conv: _Convolution, accumulate: ElementType, layout: str | None,
         alpha, beta = "1", "0" if slab[2] == "0" else f"{slab[2]} ? 1 : 0"
     gemm = f"cblas_{BLAS_TYPES[accumulate.element]}gemm(CblasRowMajor, "
     if layout is None:
-        return [f"{gemm}CblasNoTrans, CblasNoTrans, __rn, {group_out}, {depth}, {alpha}, "
-                f"__pt, {width}, __wg, {group_out}, {beta}, __bt, {group_out});"]
+        code.line(f"{gemm}CblasNoTrans, CblasNoTrans, __rn, {group_out}, {depth}, {alpha}, "
+                  f"__pt, {width}, __wg, {group_out}, {beta}, __bt, {group_out});")
+        return
     out_strides = row_major(conv.out_shape)
     row_dims = conv.row_dims()
-    lines = ["{", *_decode(f"__r0 / {block}LL", [(name, n) for name, n, _ in row_dims[:start]])]
-    terms = [f"__g * {group_out * feature_stride}LL"]
-    terms += [f"{name} * {out_strides[dim]}LL" for name, _, dim in row_dims[:start]]
-    terms.append(f"(__r0 % {block}LL) * {row_stride or 0}LL")
-    out = f"__c + ({' + '.join(terms)})"
-    if layout == "rows":
-        lines.append(f"{gemm}CblasNoTrans, CblasNoTrans, __rn, {group_out}, {depth}, "
-                     f"{alpha}, __pt, {width}, __wg, {group_out}, {beta}, {out}, "
-                     f"{row_stride or group_out});")
-    else:
-        lines.append(f"{gemm}CblasTrans, CblasTrans, {group_out}, __rn, {depth}, {alpha}, "
-                     f"__wg, {group_out}, __pt, {width}, {beta}, {out}, {feature_stride});")
-    return lines + ["}"]
+    with code.block(""):  # a scope for _decode's variables
+        code.lines(_decode(f"__r0 / {block}LL", [(name, n) for name, n, _ in row_dims[:start]]))
+        terms = [f"__g * {group_out * feature_stride}LL"]
+        terms += [f"{name} * {out_strides[dim]}LL" for name, _, dim in row_dims[:start]]
+        terms.append(f"(__r0 % {block}LL) * {row_stride or 0}LL")
+        out = f"__c + ({' + '.join(terms)})"
+        if layout == "rows":
+            code.line(f"{gemm}CblasNoTrans, CblasNoTrans, __rn, {group_out}, {depth}, "
+                      f"{alpha}, __pt, {width}, __wg, {group_out}, {beta}, {out}, "
+                      f"{row_stride or group_out});")
+        else:
+            code.line(f"{gemm}CblasTrans, CblasTrans, {group_out}, __rn, {depth}, {alpha}, "
+                      f"__wg, {group_out}, __pt, {width}, {beta}, {out}, {feature_stride});")
 
 
-def _scatter(conv: _Convolution, accumulate: ElementType, result: ElementType,
-             feature_stride: int) -> list[str]:
+def _scatter(code: Writer, conv: _Convolution, accumulate: ElementType,
+             result: ElementType, feature_stride: int) -> None:
     """C++ that stores the scratch block's rows into the result (rounded to its type)."""
     out_strides = row_major(conv.out_shape)
     row_dims = conv.row_dims()
     offset = " + ".join([f"__g * {conv.group_out * feature_stride}LL"] + [
         f"{name} * {out_strides[dim]}LL" for name, _, dim in row_dims])
-    return ["for (int64_t __r = 0; __r < __rn; ++__r) {", "h2d::scalar_loop();",
-            *_decode("__r0 + __r", [(name, n) for name, n, _ in row_dims]),
-            f"auto* __dst = __c + ({offset});",
-            f"const {accumulate.compute}* __row = __bt + __r * {conv.group_out}LL;",
-            f"for (int64_t __o = 0; __o < {conv.group_out}LL; ++__o) {{",
-            "h2d::scalar_loop();",
-            f"__dst[__o * {feature_stride}LL] = {stored('__row[__o]', accumulate, result)};",
-            "}", "}"]
+    with code.loops(Loop("__r", "0", "__rn"), scalar=True):
+        code.lines(_decode("__r0 + __r", [(name, n) for name, n, _ in row_dims]))
+        code.line(f"auto* __dst = __c + ({offset});",
+                  f"const {accumulate.compute}* __row = __bt + __r * {conv.group_out}LL;")
+        with code.loops(Loop("__o", "0", f"{conv.group_out}LL"), scalar=True):
+            code.line(f"__dst[__o * {feature_stride}LL] = "
+                      f"{stored('__row[__o]', accumulate, result)};")

@@ -12,19 +12,20 @@ from typing import Iterable, Iterator
 
 @dataclass(frozen=True)
 class Loop:
-    """``for (int64_t variable = first; variable < end; variable += step)``: C++
-    expressions, 64-bit so that arrays past 2^31 elements are indexed right."""
+    """``for (int64_t variable = first; variable < end; variable += step)`` (``>`` for a
+    negative step): C++ expressions, 64-bit so that arrays past 2^31 elements are indexed
+    right."""
 
     variable: str
     first: str
     end: str
-    step: str = "1"
+    step: int = 1
 
     def header(self) -> str:
-        advance = f"++{self.variable}" if self.step == "1" else \
-            f"{self.variable} += {self.step}"
-        return (f"for (int64_t {self.variable} = {self.first}; {self.variable} < {self.end}; "
-                f"{advance})")
+        v = self.variable
+        advance = {1: f"++{v}", -1: f"--{v}"}.get(self.step, f"{v} += {self.step}")
+        test = "<" if self.step > 0 else ">"
+        return f"for (int64_t {v} = {self.first}; {v} {test} {self.end}; {advance})"
 
 
 class Writer:
@@ -44,15 +45,16 @@ class Writer:
         self.line(*statements)
 
     @contextlib.contextmanager
-    def block(self, header: str) -> Iterator[None]:
-        """``header { ... }``: ``if (...)``, ``for (...)``, or ``""`` for a bare scope."""
+    def block(self, header: str, end: str = "}") -> Iterator[None]:
+        """``header { ... }``: ``if (...)``, ``for (...)``, ``""`` for a bare scope; ``end``
+        closes it (``"};"`` after a lambda's body)."""
         self.line(f"{header} {{" if header else "{")
         self._depth += 1
         try:
             yield
         finally:
             self._depth -= 1
-            self.line("}")
+            self.line(end)
 
     @contextlib.contextmanager
     def loops(self, *loops: Loop, scalar: bool = False) -> Iterator[None]:

@@ -23,7 +23,9 @@ import dace.library
 from .. import ir
 from ..errors import ArgumentError
 from . import dtypes
-from .builder import Array, Axis, Builder, Literal, View
+from .bindings import Array, Axis, Binding, Literal, View
+from .builder import Builder
+from .emitter import Whole
 from .registry import register
 
 #: target name -> ``fn(builder, call)``
@@ -105,27 +107,30 @@ def _layouts(b: Builder, attribute, values: Sequence[ir.Value], what: str):
 
 
 @register("stablehlo.custom_call")
-def custom_call(b: Builder, op: ir.Op) -> None:
+def custom_call(b: Builder, op: ir.Op) -> list[Binding]:
+    """The translator registered for the target (``register_target``): it returns the
+    bindings of the call's results, as op translators do."""
     name = op.attr("call_target_name")
     translate = _TARGETS.get(name)
     if translate is None:
         raise b.unsupported(f"custom call target {name!r}", supported_targets())
-    translate(b, CustomCall.of(b, op))
+    return translate(b, CustomCall.of(b, op))
 
 
 @register_target("shape_assertion")
-def shape_assertion(b: Builder, call: CustomCall) -> None:
+def shape_assertion(b: Builder, call: CustomCall) -> list[Binding]:
     """JAX's check of the argument shapes against a polymorphic specification. Once shapes
     are specialised its predicate is a constant: a false one fails with JAX's message. With
     symbolic shapes the runtime checks it at every call (``symbolic.Check``)."""
     predicate, *values = (b.binding(v) for v in call.op.operands)
-    if isinstance(predicate, Literal):
+    if predicate.is_literal:
         if not bool(predicate.value):
             raise ArgumentError(str(call.op.attr("error_message", "shape assertion failed"))
-                                .format(*[int(v.value) if isinstance(v, Literal) else "?"
+                                .format(*[int(v.value) if v.is_literal else "?"
                                           for v in values]))
     elif b.signature is None:
         raise b.unsupported("a shape assertion on values known only at run time")
+    return []
 
 
 # ------------------------------------------------------------------------ layouts
@@ -138,7 +143,7 @@ def _physical_type(t: ir.TensorType, major: Sequence[int]) -> ir.TensorType:
 def _permuted(binding: Union[Array, Literal, View], major: Sequence[int],
               t: ir.TensorType) -> Union[Literal, View]:
     """``binding`` read in the dimension order ``major`` (a transpose view)."""
-    if isinstance(binding, Literal):
+    if binding.is_literal:
         return Literal(binding.value, t)
     position = {d: k for k, d in enumerate(major)}
     if isinstance(binding, View):
@@ -158,27 +163,27 @@ def physical_operands(b: Builder, call: CustomCall) -> list[Array]:
             arrays.append(b.array(value))
             continue
         t = _physical_type(value.type, major)
-        target = b.add_array(f"{value.name.lstrip('%')}_layout", t)
-        b.copy_into(_permuted(b.operand(value), major, t), target)
+        target = b.emit.add_array(f"{value.name.lstrip('%')}_layout", t)
+        b.emit.copy(_permuted(b.readable(value), major, t), target)
         arrays.append(target)
     return arrays
 
 
-def physical_results(b: Builder, call: CustomCall) -> list[Array]:
-    """Buffers for the results in their declared layouts; binds each result (to a
-    transposing view of its buffer where the layout is not row-major)."""
-    arrays = []
+def physical_results(b: Builder, call: CustomCall) -> tuple[list[Array], list[Binding]]:
+    """Buffers for the results in their declared layouts, and the results' bindings: each
+    buffer, or a transposing view of it where the layout is not row-major."""
+    arrays, bindings = [], []
     for value, layout in zip(call.op.results, call.result_layouts):
         major = layout[::-1]
         if list(major) == sorted(major):
-            target = b.result_array(value)
-            b.bind(value, target)
+            target = b.allocate_result(value)
+            bindings.append(target)
         else:
-            target = b.add_array(f"{value.name.lstrip('%')}_layout",
-                                 _physical_type(value.type, major))
-            b.bind(value, View(target, tuple(Axis(d) for d in major), value.type))
+            target = b.emit.add_array(f"{value.name.lstrip('%')}_layout",
+                                      _physical_type(value.type, major))
+            bindings.append(View(target, tuple(Axis(d) for d in major), value.type))
         arrays.append(target)
-    return arrays
+    return arrays, bindings
 
 
 # ------------------------------------------------------------------------ calls
@@ -197,9 +202,9 @@ def call_tasklet(b: Builder, label: str, call: str, inputs: Sequence[Array],
                 const = "const " if prefix == "in" else ""
                 prelude.append(f"{const}{dtypes.of(array.type).storage.ctype}* {name} = nullptr;")
             else:
-                connected[prefix][name] = array
-    b.pointer_map(label, (), connected["in"], connected["out"],
-                  "\n".join(prelude + [call.format(**names)]), environments=environments)
+                connected[prefix][name] = Whole(array)
+    b.emit.map(label, (), "\n".join(prelude + [call.format(**names)]), connected["in"],
+               connected["out"], environments=environments)
 
 
 def link_environment(name: str, libraries: Sequence[str], module: str, doc: str):

@@ -6,15 +6,16 @@ conversion...) live in ``h2d_ops.h``. The builder fuses these ops; see ``fusion.
 
 from __future__ import annotations
 
-import dace
 import ml_dtypes
 import numpy as np
 
 from .. import ir
 from ..errors import UnsupportedError
-from .builder import Builder, map_params
+from .bindings import Binding
+from .builder import Builder
 from .dtypes import ElementType, element_type
-from .fusion import scalar_region
+from .emitter import Element
+from .known import result_dtype
 from .literals import literal
 from .registry import register, register_elementwise
 
@@ -224,35 +225,96 @@ FUNCTIONS = {
 }
 
 
+def _identity(boolean, integer, floating, complex_=None):
+    """The exact identity of an associative, commutative op, by element type (None where
+    it has none): ``integer`` may be a function of the type's ``iinfo``. A float identity
+    the type cannot hold (no infinity in f8E4M3FN, no zero in f8E8M0FNU) is none."""
+    def identity(element: ElementType):
+        if element.is_bool:
+            value = boolean
+        elif element.is_integer:
+            value = integer(ml_dtypes.iinfo(element.numpy)) if callable(integer) else integer
+        else:
+            value = complex_ if element.is_complex else floating
+        if value is None:
+            return None
+        result = np.array(value).astype(element.numpy)[()]
+        if element.is_float and float(result) != value:
+            return None
+        return result
+    return identity
+
+
+#: what a reducer body of one of these ops may start each partial fold from (reductions in
+#: lanes and chunks, ``reduction.py``): -0.0 for float sums, so signed zeros survive; no
+#: complex product, as (1+0i)(a+bi) is not exact for infinite a or b; all bits for and
+IDENTITIES = {
+    "add": _identity(False, 0, -0.0, complex(-0.0, -0.0)),
+    "multiply": _identity(True, 1, 1.0),
+    "maximum": _identity(False, lambda info: info.min, -np.inf),
+    "minimum": _identity(True, lambda info: info.max, np.inf),
+    "and": _identity(True, -1, None),
+    "or": _identity(False, 0, None),
+    "xor": _identity(False, 0, None),
+}
+#: ops that cost tens of simple ops: a pending value one computes is written once for its
+#: readers rather than recomputed by each (as XLA will not duplicate them)
+EXPENSIVE = {"tanh", "exponential", "exponential_minus_one", "log", "log_plus_one",
+             "logistic", "sine", "cosine", "tan", "power", "atan2", "cbrt"}
+
+
+def _known_binary(function):
+    def known(op, operand):
+        return function(operand(0), operand(1)).astype(result_dtype(op))
+    return known
+
+
+_KNOWN_COMPARISONS = {"EQ": np.equal, "NE": np.not_equal, "LT": np.less, "LE": np.less_equal,
+                      "GT": np.greater, "GE": np.greater_equal}
+
+#: how an op computes integers known while translating (``known.py``), in NumPy, whose
+#: integers wrap as StableHLO's do (so: no division, no shifts)
+KNOWN = {
+    "add": _known_binary(np.add), "subtract": _known_binary(np.subtract),
+    "multiply": _known_binary(np.multiply), "maximum": _known_binary(np.maximum),
+    "minimum": _known_binary(np.minimum), "and": _known_binary(np.bitwise_and),
+    "or": _known_binary(np.bitwise_or), "xor": _known_binary(np.bitwise_xor),
+    "negate": lambda op, operand: np.negative(operand(0)).astype(result_dtype(op)),
+    "compare": lambda op, operand: _KNOWN_COMPARISONS[str(op.attr("comparison_direction"))](
+        operand(0), operand(1)),
+    "select": lambda op, operand: np.where(operand(0), operand(1), operand(2)),
+    "clamp": lambda op, operand: np.minimum(np.maximum(operand(1), operand(0)), operand(2)),
+    "convert": lambda op, operand: operand(0).astype(result_dtype(op)),
+}
+
+
 def _from_template(template: str):
     def expression(op, args, ins, out):
         return template.format(*args)
     return expression
 
 
-for _name, _template in TEMPLATES.items():
-    register_elementwise(f"stablehlo.{_name}", _from_template(_template))
-for _name, _function in FUNCTIONS.items():
-    register_elementwise(f"stablehlo.{_name}", _function,
-                         when=_same_width if _name == "bitcast_convert" else None)
+for _name, _expression in [*((n, _from_template(t)) for n, t in TEMPLATES.items()),
+                           *FUNCTIONS.items()]:
+    register_elementwise(f"stablehlo.{_name}", _expression,
+                         when=_same_width if _name == "bitcast_convert" else None,
+                         identity=IDENTITIES.get(_name), expensive=_name in EXPENSIVE,
+                         known=KNOWN.get(_name))
 
 
 @register("stablehlo.map")
-def map_(b: Builder, op: ir.Op) -> None:
+def map_(b: Builder, op: ir.Op) -> list[Binding]:
     """One map whose tasklet is the region's ops on the operands' elements."""
     t = op.result.type
     if tuple(int(d) for d in op.attr("dimensions", ())) != tuple(range(t.rank)):
         raise b.unsupported(f"dimensions {list(op.attr('dimensions', ()))} (the spec allows "
                             f"only all of them, in order: {list(range(t.rank))})")
-    target = b.result_array(op.result)
-    b.bind(op.result, target)
+    target = b.allocate_result(op.result)
     if t.size == 0:
-        return
+        return [target]
     inputs, arguments = b.element_reads(op.operands, t.rank)
-    saved = b.current_op
-    body, (returned,) = scalar_region(b, op.regions[0].entry, arguments, "__v")
-    b.current_op = saved
+    body, (returned,) = b.scalar_region(op.regions[0].entry, arguments, "__v")
     element = element_type(t.element, op.name, op.location)
-    out = ", ".join(map_params(t.rank)) or "0"
-    b.mapped_tasklet("map", t, inputs, "\n".join(body + [f"__out = {element.store(returned)};"]),
-                     {"__out": dace.Memlet(f"{target.name}[{out}]")})
+    b.emit.map("map", t.shape, "\n".join(body + [f"__out = {element.store(returned)};"]),
+               inputs, {"__out": Element(target)})
+    return [target]

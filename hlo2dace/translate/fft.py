@@ -17,6 +17,7 @@ import math
 from pathlib import Path
 
 from .. import ir
+from .bindings import Binding
 from .builder import Builder
 from .custom_call import call_tasklet, installed, link_environment
 from .registry import register
@@ -35,23 +36,22 @@ def fftw_installed() -> bool:
 
 
 @register("stablehlo.fft")
-def fft(b: Builder, op: ir.Op) -> None:
+def fft(b: Builder, op: ir.Op) -> list[Binding]:
     """The verifier has checked the types and shapes; an empty operand has an empty result."""
     (operand,), result = op.operands, op.result
     kind = str(op.attr("fft_type"))
     lengths = [int(n) for n in op.attr("fft_length")]
-    target = b.result_array(result)
-    b.bind(result, target)
+    target = b.allocate_result(result)
     if result.type.size == 0:
-        return
+        return [target]
     if not fftw_installed():
         raise b.unsupported("FFTW is not installed: install Debian's libfftw3-dev "
                             "(make does so when run as root)")
-    b.include_once(HELPERS_CPP)
+    b.emit.include_once(HELPERS_CPP)
     outputs = [target]
     scratch = "nullptr"
     if kind == "IRFFT":
-        outputs.append(b.add_array("irfft_scratch", operand.type))
+        outputs.append(b.emit.add_array("irfft_scratch", operand.type))
         scratch = "{out1}"
     real_type = "float" if "f32" in operand.type.element else "double"
     batch = math.prod(operand.type.shape[:-len(lengths)])
@@ -59,3 +59,4 @@ def fft(b: Builder, op: ir.Op) -> None:
     code = (f"h2d::fft::run<{real_type}>(h2d::fft::{kind}, {dims}, {batch}, {{in0}}, "
             f"{{out0}}, {scratch});")
     call_tasklet(b, "fft", code, [b.array(operand)], outputs, [Fftw.full_class_path()])
+    return [target]

@@ -6,35 +6,37 @@ it reads, so the value it views need not be written at all."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Callable
 
 import dace
 
 from .. import ir
 from . import dtypes, registry
-from .builder import (
+from .bindings import (
     Array,
-    Literal,
+    Binding,
+    ElementwiseCluster,
     Pending,
     PendingView,
     Pieces,
     View,
     axes_point,
     flat_index,
-    index_expressions,
     map_params,
-    schedule_for,
-    unresolved,
 )
+from .emitter import Emitter, schedule_for
 from .literals import literal
+from .scopes import callee
 
-if TYPE_CHECKING:
-    from .builder import Builder, ElementwiseCluster
+#: ``resolve(binding)``: the builder's way to turn a pending value or a concatenation into
+#: something memlets read (``Builder.resolve``), emitting its cluster if need be
+Resolve = Callable[[Binding], Binding]
 
 
-def emit_cluster(b: Builder, cluster: ElementwiseCluster) -> None:
+def emit_cluster(emit: Emitter, cluster: ElementwiseCluster, resolve: Resolve) -> None:
+    """Write the values of ``cluster`` that anything outside it needs (function results
+    into their arrays) with one map, and bind them to those arrays."""
     members = {(id(scope), id(op)) for op, scope in cluster.members}
-    saved_op = b.current_op
 
     def needs_array(scope, value: ir.Value) -> bool:
         """Used outside the cluster other than through views its readers recompute."""
@@ -53,28 +55,34 @@ def emit_cluster(b: Builder, cluster: ElementwiseCluster) -> None:
     for op, scope in cluster.members:
         for value in op.results:
             if needs_array(scope, value):
-                b.current_op = op
-                outputs[(id(scope), value.name)] = b.result_array(
-                    value, value.name.lstrip("%"), scope)
+                with emit.at(op):
+                    destination = scope.claim(value)
+                    outputs[(id(scope), value.name)] = Array(destination, value.type) \
+                        if destination is not None else \
+                        emit.add_array(value.name.lstrip("%"), value.type)
     cluster.resolved.update(outputs)
     if 0 not in cluster.shape and outputs:
-        _emit_map(b, cluster, outputs)
+        _emit_map(emit, cluster, outputs, resolve)
     # bound only now: inside the map, members read each other's registers, not the arrays
     for op, scope in cluster.members:
         for value in op.results:
             if (id(scope), value.name) in outputs:
                 scope.env[value.name] = outputs[(id(scope), value.name)]
-    b.current_op = saved_op
 
 
-def _emit_map(b: Builder, cluster: ElementwiseCluster, outputs: dict) -> None:
+def _emit_map(emit: Emitter, cluster: ElementwiseCluster, outputs: dict,
+              resolve: Resolve) -> None:
+    """The cluster's map: one tasklet per member that an output needs, reading operands
+    through memlets (or as literals, or recomputing the pending values that views of them
+    read), passing values to the members that read them through register scalars, and
+    writing ``outputs`` through the map's exit. The tasklets are wired by hand rather than
+    through ``Emitter.map``: many tasklets share one map scope."""
     shape = cluster.shape
     rank = len(shape)
-    state = b.state
-
+    state = emit.state
     if rank:
-        entry, exit_ = state.add_map(b.fresh("fused"), {p: f"0:{n}" for p, n in
-                                                        zip(map_params(rank), shape)},
+        entry, exit_ = state.add_map(emit.fresh("fused"), {p: f"0:{n}" for p, n in
+                                                           zip(map_params(rank), shape)},
                                      schedule=schedule_for(shape, len(cluster.members)))
     else:
         entry = exit_ = None
@@ -92,66 +100,42 @@ def _emit_map(b: Builder, cluster: ElementwiseCluster, outputs: dict) -> None:
     for op, scope in cluster.members:
         if (id(scope), op.results[0].name) not in live:
             continue
-        b.current_op = op
-        rule = registry.elementwise_rule(op)
-        (result,) = op.results
-        out_type = dtypes.of(result.type, op.name, op.location)
-        in_types = [dtypes.of(v.type, op.name, op.location) for v in op.operands]
-        args, in_conns, in_edges, lines = [], {}, [], []
-        for k, (operand, element) in enumerate(zip(op.operands, in_types)):
-            conn = f"__in{k}"
-            binding = scope.env[operand.name]
-            if isinstance(binding, Pending) and binding.cluster is cluster:
-                node = scalars[binding.key]
-                in_conns[conn] = element.compute_dace
-                in_edges.append((node, conn, dace.Memlet(data=node.data, subset="0"), False))
-                args.append(conn)
+        with emit.at(op):
+            in_conns, in_edges, lines = {}, [], []
+            args = [_member_operand(emit, cluster, scope.env[operand.name], f"__in{k}",
+                                    dtypes.of(operand.type, op.name, op.location), scalars,
+                                    in_conns, in_edges, lines, resolve)
+                    for k, operand in enumerate(op.operands)]
+            out_type = dtypes.of(op.result.type, op.name, op.location)
+            in_types = [dtypes.of(v.type, op.name, op.location) for v in op.operands]
+            expression = out_type.fit(registry.elementwise_rule(op).at(
+                op, args, in_types, out_type, map_params(rank)))
+            key = (id(scope), op.result.name)
+            out_conns, out_edges = {}, []
+            if key in read_inside and key in outputs:
+                lines.append(f"auto __v = {expression};")
+                expression = "__v"
+            if key in read_inside:
+                scalar = emit.add_register(f"s_{op.result.name.lstrip('%')}",
+                                           out_type.compute_dace)
+                node = state.add_access(scalar)
+                scalars[key] = node
+                out_conns["__s"] = out_type.compute_dace
+                lines.append(f"__s = {expression};")
+                out_edges.append(("__s", node, dace.Memlet(data=scalar, subset="0"), False))
+            if key in outputs:
+                array = outputs[key]
+                out_conns["__o"] = out_type.storage
+                lines.append(f"__o = {out_type.store(expression)};")
+                subset = ", ".join(map_params(rank)) if rank else "0"
+                out_edges.append(("__o", emit.write(array.name),
+                                  dace.Memlet(f"{array.name}[{subset}]"), True))
+            if not out_conns:
                 continue
-            if isinstance(binding, Pieces) and not binding.materialised:
-                args.append(_read_pieces(b, binding, conn, element, rank, in_conns, in_edges))
-                continue
-            if isinstance(binding, PendingView):
-                recompute = Recompute(b, cluster, f"{conn}_", in_conns, in_edges)
-                args.append(recompute.value(binding, map_params(rank)))
-                lines.extend(recompute.lines)
-                continue
-            binding = b.resolve(binding)
-            if isinstance(binding, Literal):
-                args.append(f"({literal(binding.value, element)})")
-                continue
-            assert isinstance(binding, (Array, View))
-            data = binding.source.name if isinstance(binding, View) else binding.name
-            subset = ", ".join(index_expressions(binding, rank))
-            in_conns[conn] = element.storage
-            in_edges.append((b.read(data), conn, dace.Memlet(f"{data}[{subset}]"), True))
-            args.append(element.load(conn))
-        expression = out_type.fit(rule.at(op, args, in_types, out_type, map_params(rank)))
-
-        key = (id(scope), result.name)
-        internal = key in read_inside
-        out_conns, out_edges = {}, []
-        if internal and key in outputs:
-            lines.append(f"auto __v = {expression};")
-            expression = "__v"
-        if internal:
-            scalar = b.scalar(f"s_{result.name.lstrip('%')}", out_type.compute_dace)
-            node = state.add_access(scalar)
-            scalars[key] = node
-            out_conns["__s"] = out_type.compute_dace
-            lines.append(f"__s = {expression};")
-            out_edges.append(("__s", node, dace.Memlet(data=scalar, subset="0"), False))
-        if key in outputs:
-            array = outputs[key]
-            out_conns["__o"] = out_type.storage
-            lines.append(f"__o = {out_type.store(expression)};")
-            subset = ", ".join(map_params(rank)) if rank else "0"
-            out_edges.append(("__o", b.write(array.name),
-                              dace.Memlet(f"{array.name}[{subset}]"), True))
-        if not out_conns:
-            continue
-        tasklet = state.add_tasklet(b.fresh(op.name.rsplit(".", 1)[-1]), in_conns, out_conns,
-                                    "\n".join(lines), language=dace.Language.CPP,
-                                    debuginfo=b.debuginfo())
+            tasklet = state.add_tasklet(emit.fresh(op.name.rsplit(".", 1)[-1]), in_conns,
+                                        out_conns, "\n".join(lines),
+                                        language=dace.Language.CPP,
+                                        debuginfo=emit.debuginfo())
         if entry is not None and not any(external for *_, external in in_edges):
             state.add_nedge(entry, tasklet, dace.Memlet())  # keep it inside the map scope
         for source, conn, memlet, external in in_edges:
@@ -167,7 +151,36 @@ def _emit_map(b: Builder, cluster: ElementwiseCluster, outputs: dict) -> None:
             else:
                 state.add_edge(tasklet, conn, target, None, memlet)
     if entry is not None:
-        b.propagate_map(entry, exit_)
+        emit.propagate_map(entry, exit_)
+
+
+def _member_operand(emit: Emitter, cluster: ElementwiseCluster, binding: Binding, conn: str,
+                    element, scalars: dict, in_conns: dict, in_edges: list, lines: list,
+                    resolve: Resolve) -> str:
+    """The C++ expression (compute type) of a member's operand bound to ``binding``: a
+    register of the cluster, a concatenation or a view of a pending value recomputed in
+    place, a literal, or an element read through a memlet (connector ``conn``)."""
+    if isinstance(binding, Pending) and binding.cluster is cluster:
+        node = scalars[binding.key]
+        in_conns[conn] = element.compute_dace
+        in_edges.append((node, conn, dace.Memlet(data=node.data, subset="0"), False))
+        return conn
+    rank = len(cluster.shape)
+    if isinstance(binding, Pieces) and not binding.materialised:
+        return _read_pieces(emit, binding, conn, element, rank, in_conns, in_edges)
+    if isinstance(binding, PendingView):
+        recompute = Recompute(emit, resolve, cluster, f"{conn}_", in_conns, in_edges)
+        expression = recompute.value(binding, map_params(rank))
+        lines.extend(recompute.lines)
+        return expression
+    binding = resolve(binding)
+    if binding.is_literal:
+        return f"({literal(binding.value, element)})"
+    in_conns[conn] = element.storage
+    in_edges.append((emit.read(binding.data), conn,
+                     dace.Memlet(f"{binding.data}[{', '.join(binding.subscripts(rank))}]"),
+                     True))
+    return element.load(conn)
 
 
 class Recompute:
@@ -178,9 +191,9 @@ class Recompute:
     pointer (the connector to array map it fills), so the index may be a loop variable of
     the tasklet's own code (a reduction's loop over its reduced elements)."""
 
-    def __init__(self, b: Builder, cluster, prefix: str, in_conns: dict, in_edges: list,
-                 pointers: dict[str, Array] | None = None):
-        self.b, self.cluster, self.prefix = b, cluster, prefix
+    def __init__(self, emit: Emitter, resolve: Resolve, cluster, prefix: str, in_conns: dict,
+                 in_edges: list, pointers: dict[str, Array] | None = None):
+        self.emit, self.resolve, self.cluster, self.prefix = emit, resolve, cluster, prefix
         self.in_conns, self.in_edges, self.pointers = in_conns, in_edges, pointers
         self.lines: list[str] = []
         self.done: dict[tuple, str] = {}
@@ -189,16 +202,16 @@ class Recompute:
         """The C++ expression (compute type) of ``binding`` at ``point``."""
         if isinstance(binding, PendingView):
             return self.value(binding.source, axes_point(binding.axes, point))
-        if isinstance(binding, Pending) and (unresolved(binding)
+        if isinstance(binding, Pending) and (binding.unresolved
                                              or binding.cluster is self.cluster):
             return self._compute(binding, point)
         if isinstance(binding, Pending):
             binding = binding.cluster.resolved[binding.key]
         element = dtypes.of(binding.type)
-        binding = self.b.resolve(binding)  # a concatenation: written already
-        if isinstance(binding, Literal):
+        binding = self.resolve(binding)  # a concatenation: written already
+        if binding.is_literal:
             return f"({literal(binding.value, element)})"
-        subscripts = index_expressions(binding, len(point), point)
+        subscripts = binding.subscripts(len(point), point)
         if self.pointers is not None:
             source = binding.source if isinstance(binding, View) else binding
             conn = next((c for c, a in self.pointers.items() if a.name == source.name),
@@ -206,10 +219,9 @@ class Recompute:
             self.pointers[conn] = source
             return element.load(f"{conn}[{flat_index(source.type.shape, subscripts)}]")
         conn = f"{self.prefix}{len(self.in_conns)}"
-        data = binding.source.name if isinstance(binding, View) else binding.name
-        subset = ", ".join(subscripts)
         self.in_conns[conn] = element.storage
-        self.in_edges.append((self.b.read(data), conn, dace.Memlet(f"{data}[{subset}]"), True))
+        self.in_edges.append((self.emit.read(binding.data), conn,
+                              dace.Memlet(f"{binding.data}[{', '.join(subscripts)}]"), True))
         return element.load(conn)
 
     def _compute(self, binding: Pending, point: list[str]) -> str:
@@ -227,33 +239,32 @@ class Recompute:
         return self.done[key]
 
 
-def emit_recomputed(b: Builder, binding, target: Array) -> Array:
+def emit_recomputed(emit: Emitter, binding, target: Array, resolve: Resolve) -> Array:
     """Write ``binding`` (a pending value or a view of one that no cluster wrote) into
     ``target`` with one map over its shape."""
     t = binding.type
     if t.size:
         in_conns, in_edges = {}, []
-        recompute = Recompute(b, None, "__in", in_conns, in_edges)
+        recompute = Recompute(emit, resolve, None, "__in", in_conns, in_edges)
         expression = recompute.value(binding, map_params(t.rank))
         element = dtypes.of(t)
         code = "\n".join([*recompute.lines, f"__out = {element.store(expression)};"])
-        inputs = {conn: memlet for _, conn, memlet, _ in in_edges}
         subset = ", ".join(map_params(t.rank)) if t.rank else "0"
-        b.mapped_tasklet("recompute", t, inputs, code,
-                         {"__out": dace.Memlet(f"{target.name}[{subset}]")},
-                         work_per_element=len(recompute.lines) + 1)
+        emit.map("recompute", t.shape, code, {conn: memlet for _, conn, memlet, _ in in_edges},
+                 {"__out": dace.Memlet(f"{target.name}[{subset}]")},
+                 work_per_element=len(recompute.lines) + 1)
     return target
 
 
-def _read_pieces(b: Builder, pieces: Pieces, conn: str, element, rank: int, in_conns: dict,
-                 in_edges: list) -> str:
+def _read_pieces(emit: Emitter, pieces: Pieces, conn: str, element, rank: int,
+                 in_conns: dict, in_edges: list) -> str:
     """A concatenation read element by element: every part through a memlet at the
     position clamped into it (always in bounds), the part the element falls in chosen."""
     dimension = pieces.dimension
     here = f"__i{dimension}"
     choices = []
     for j, (part, (start, end)) in enumerate(zip(pieces.parts, pieces.extents())):
-        if isinstance(part, Literal):
+        if part.is_literal:
             choices.append(f"({literal(part.value, element)})")
             continue
         position = f"max({here} - {start}, 0)" if start else here
@@ -261,10 +272,10 @@ def _read_pieces(b: Builder, pieces: Pieces, conn: str, element, rank: int, in_c
             position = f"min({position}, {end - start - 1})"
         point = map_params(rank)
         point[dimension] = position
-        data = part.source.name if isinstance(part, View) else part.name
-        subset = ", ".join(index_expressions(part, rank, point))
+        subset = ", ".join(part.subscripts(rank, point))
         in_conns[f"{conn}_{j}"] = element.storage
-        in_edges.append((b.read(data), f"{conn}_{j}", dace.Memlet(f"{data}[{subset}]"), True))
+        in_edges.append((emit.read(part.data), f"{conn}_{j}",
+                         dace.Memlet(f"{part.data}[{subset}]"), True))
         choices.append(element.load(f"{conn}_{j}"))
     expression = choices[-1]
     for (_, end), choice in reversed(list(zip(pieces.extents(), choices))[:-1]):
@@ -272,41 +283,49 @@ def _read_pieces(b: Builder, pieces: Pieces, conn: str, element, rank: int, in_c
     return expression
 
 
-def scalar_region(b: Builder, block: ir.Block, arguments: list[str], prefix: str
-                  ) -> tuple[list[str], list[str]]:
+def _no_operand(k: int):
+    raise LookupError(k)
+
+
+def scalar_region(emit: Emitter, module: ir.Module, block: ir.Block, arguments: list[str],
+                  prefix: str) -> tuple[list[str], list[str]]:
     """C++ for a region of elementwise ops on 0-d values (reducer bodies, comparators):
     ``arguments`` are the C++ expressions of the block's arguments (in compute types);
     returns the statements and the expressions of the values the terminator returns.
-    Constants become literals and calls are inlined (JAX writes some reducer bodies as a
-    call of a private function); anything but elementwise ops is unsupported."""
+    Constants (ops without operands whose value is known) become literals, calls are
+    inlined (JAX writes some reducer bodies as a call of a private function), and ops
+    whose record says so pass one element through; anything else is unsupported."""
     names = {value.name: expression for value, expression in zip(block.arguments, arguments)}
     lines = []
     for k, op in enumerate(block.ops[:-1]):
-        b.current_op = op
-        if op.name in ("func.call", "stablehlo.call"):
-            body, returned = scalar_region(b, b.callee(op).body.entry,
-                                           [names[v.name] for v in op.operands],
-                                           f"{prefix}{k}_")
-            lines.extend(body)
-            names.update((r.name, expression) for r, expression in zip(op.results, returned))
-            continue
-        if op.name == "stablehlo.constant" and op.result.type.size == 1:
-            element = dtypes.of(op.result.type, op.name, op.location)
-            names[op.result.name] = f"({literal(op.attr('value').array.reshape(-1)[0], element)})"
-            continue
-        if op.name in ("stablehlo.broadcast_in_dim", "stablehlo.reshape",
-                       "stablehlo.optimization_barrier") and op.result.type.size == 1:
-            names[op.result.name] = names[op.operands[0].name]
-            continue
-        rule = registry.elementwise_rule(op)
-        if rule is None or len(op.results) != 1:
-            raise b.unsupported("only elementwise ops and constants are supported in this "
-                                "region")
-        out_type = dtypes.of(op.result.type, op.name, op.location)
-        in_types = [dtypes.of(v.type, op.name, op.location) for v in op.operands]
-        expression = rule.at(op, [names[v.name] for v in op.operands], in_types, out_type,
-                             ["0"] * op.result.type.rank)
-        variable = f"{prefix}{k}"
-        lines.append(f"const {out_type.compute} {variable} = {out_type.fit(expression)};")
-        names[op.result.name] = variable
+        with emit.at(op):
+            function = callee(module, op)
+            if function is not None:
+                body, returned = scalar_region(emit, module, function.body.entry,
+                                               [names[v.name] for v in op.operands],
+                                               f"{prefix}{k}_")
+                lines.extend(body)
+                names.update((r.name, e) for r, e in zip(op.results, returned))
+                continue
+            record = registry.record(op.name)
+            single = len(op.results) == 1 and op.results[0].type.size == 1
+            if single and not op.operands and record.known is not None:
+                element = dtypes.of(op.result.type, op.name, op.location)
+                value = record.known(op, _no_operand)
+                names[op.result.name] = f"({literal(value.reshape(-1)[0], element)})"
+                continue
+            if single and record.scalar_alias:
+                names[op.result.name] = names[op.operands[0].name]
+                continue
+            rule = registry.elementwise_rule(op)
+            if rule is None or len(op.results) != 1:
+                raise emit.unsupported("only elementwise ops and constants are supported in "
+                                       "this region")
+            out_type = dtypes.of(op.result.type, op.name, op.location)
+            in_types = [dtypes.of(v.type, op.name, op.location) for v in op.operands]
+            expression = rule.at(op, [names[v.name] for v in op.operands], in_types,
+                                 out_type, ["0"] * op.result.type.rank)
+            variable = f"{prefix}{k}"
+            lines.append(f"const {out_type.compute} {variable} = {out_type.fit(expression)};")
+            names[op.result.name] = variable
     return lines, [names[v.name] for v in block.terminator.operands]

@@ -12,23 +12,18 @@ cannot matter do updates run in parallel (see ``_plan``)."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import Callable, Sequence
 
 import dace
 import numpy as np
 
 from .. import ir
-from . import dtypes
-from .builder import (
-    Array,
-    Builder,
-    Literal,
-    View,
-    flat_index,
-    map_params,
-    schedule_for,
-)
-from .fusion import scalar_region
+from . import dtypes, registry
+from .bindings import Array, Binding, Literal, View, flat_index, map_params
+from .builder import Builder
+from .cpp import Loop, Writer
+from .emitter import Element, Whole, schedule_for
 from .known import known_value
 from .literals import literal
 from .registry import register
@@ -36,10 +31,6 @@ from .shape import clamped_starts
 
 Reader = Callable[[Sequence[str]], str]
 
-#: update bodies whose result does not depend on the order of the updates when the
-#: element type is an integer or a boolean (wrapping arithmetic is exact)
-ORDER_FREE_BODIES = ("stablehlo.add", "stablehlo.multiply", "stablehlo.maximum",
-                     "stablehlo.minimum", "stablehlo.and", "stablehlo.or", "stablehlo.xor")
 #: such updates run in parallel with atomics only into results this large, where they
 #: rarely meet and wait for memory anyway; one thread updates a cached result faster
 ATOMIC_MIN_BYTES = 1 << 20
@@ -51,8 +42,8 @@ def _reader(b: Builder, value: ir.Value, conn: str, arrays: dict[str, Array]) ->
     """A function from C++ subscripts of ``value`` to a C++ expression of the element there
     (storage type). Arrays are read through the pointer ``conn`` (added to ``arrays``),
     views in place through their source, splat literals as literals."""
-    binding = b.operand(value)
-    if isinstance(binding, Literal):
+    binding = b.readable(value)
+    if binding.is_literal:
         text = literal(binding.value, dtypes.of(value.type), storage=True)
         return lambda indices: text
     if isinstance(binding, View):
@@ -99,7 +90,7 @@ def _numbers(b: Builder, op: ir.Op, name: str) -> dict:
 
 
 @register("stablehlo.gather")
-def gather(b: Builder, op: ir.Op) -> None:
+def gather(b: Builder, op: ir.Op) -> list[Binding]:
     operand, indices = op.operands
     numbers = _numbers(b, op, "dimension_numbers")
     offset_dims = numbers.get("offset_dims", ())
@@ -113,14 +104,12 @@ def gather(b: Builder, op: ir.Op) -> None:
     dtypes.of(t, op.name, op.location)
     shape = operand.type.shape
 
-    source = b.operand(operand)
-    if isinstance(source, Literal):
-        b.bind(op.result, Literal(source.value, t))
-        return
-    target = b.result_array(op.result)
-    b.bind(op.result, target)
+    source = b.readable(operand)
+    if source.is_literal:
+        return [Literal(source.value, t)]
+    target = b.allocate_result(op.result)
     if t.size == 0:
-        return
+        return [target]
     arrays: dict[str, Array] = {}
     read_operand = _reader(b, operand, "__src", arrays)
     read_index = _reader(b, indices, "__idx", arrays)
@@ -144,7 +133,10 @@ def gather(b: Builder, op: ir.Op) -> None:
             terms.append(next(offsets))
         position.append(_sum(terms))
     lines.append(f"__out = {read_operand(position)};")
-    b.indexed_map("gather", target, arrays, {}, "\n".join(lines))
+    b.emit.map("gather", t.shape, "\n".join(lines),
+               {conn: Whole(array) for conn, array in arrays.items()},
+               {"__out": Element(target)})
+    return [target]
 
 
 # ------------------------------------------------------------------------- scatter
@@ -159,7 +151,7 @@ def _strided_window(b: Builder, op: ir.Op, numbers: dict, window_of: dict[int, i
     box of distinct elements, as ``x.at[2:5]``, ``x.at[::2]`` or ``x.at[:, 1]`` do."""
     n = (len(op.operands) - 1) // 2
     indices, updates = op.operands[n], op.operands[n + 1]
-    starts = known_value(b, indices)
+    starts = known_value(b.scope, b.constants, indices)
     if starts is None:
         return None
     shape, update_shape = op.operands[0].type.shape, updates.type.shape
@@ -222,25 +214,25 @@ def _update_strided(b: Builder, op: ir.Op, targets: Sequence[Array],
         # read even where the body ignores it: orders the map after the operand's copy
         inputs[f"__c{k}"] = dace.Memlet(f"{target.name}[{position}]")
         current.append(dtypes.of(target.type).load(f"__c{k}"))
-    saved = b.current_op
-    body, returned = scalar_region(b, region, current + names, "__v")
-    b.current_op = saved
+    body, returned = b.scalar_region(region, current + names, "__v")
     elements = [dtypes.of(target.type) for target in targets]
     code = computed + body + [f"__r{k} = {e.store(r)};"
                               for k, (e, r) in enumerate(zip(elements, returned))]
-    b.mapped_tasklet("scatter", updates[0].type, inputs, "\n".join(code),
-                     {f"__r{k}": dace.Memlet(f"{target.name}[{position}]")
-                      for k, target in enumerate(targets)})
+    b.emit.map("scatter", updates[0].type.shape, "\n".join(code), inputs,
+               {f"__r{k}": dace.Memlet(f"{target.name}[{position}]")
+                for k, target in enumerate(targets)})
 
 
 def _order_free(region: ir.Region, element: dtypes.ElementType) -> bool:
-    """Whether the body is one associative, commutative op of its two arguments whose
-    result is exact in ``element`` (so concurrent updates may apply in any order)."""
+    """Whether the body is one associative, commutative op of its two arguments (one with
+    an identity: its record says) whose result is exact in ``element`` (an integer or a
+    boolean: wrapping arithmetic is exact), so concurrent updates may apply in any
+    order."""
     block = region.entry
     if len(block.ops) != 2 or not (element.is_integer or element.is_bool):
         return False
     body, terminator = block.ops
-    return (body.name in ORDER_FREE_BODIES and len(body.operands) == 2
+    return (registry.record(body.name).identity is not None and len(body.operands) == 2
             and {v.name for v in body.operands} == {v.name for v in block.arguments}
             and terminator.operands[0].name == body.result.name)
 
@@ -272,8 +264,14 @@ def _plan(op: ir.Op, numbers: dict, window_of: dict[int, int],
     return batching, -(-window // (window // CHUNK))
 
 
-@register("stablehlo.scatter")
-def scatter(b: Builder, op: ir.Op) -> None:
+@register("stablehlo.scatter", updates=lambda op: {k: k for k in range(len(op.results))})
+def scatter(b: Builder, op: ir.Op) -> list[Binding]:
+    """The operands copied into the results (or the results are the operands' own
+    arrays, updated in place), then the updates applied by one map whose iterations split
+    the updates as ``_plan`` allows, each looping over the rest in order. A box of
+    updates known at translation time (``_strided_window``) is one map over the updates
+    with no index arithmetic; order-free updates into large integer results run in
+    parallel with a compare-and-swap per element."""
     n = (len(op.operands) - 1) // 2
     inputs, indices, updates = op.operands[:n], op.operands[n], op.operands[n + 1:]
     numbers = _numbers(b, op, "scatter_dimension_numbers")
@@ -302,17 +300,16 @@ def scatter(b: Builder, op: ir.Op) -> None:
 
     targets = []
     for value, result in zip(inputs, op.results):
-        source = b.operand(value)
-        target = b.reusable_array(value, op, result) or b.result_array(result)
-        if not (isinstance(source, Array) and source.name == target.name):  # else in place
-            b.copy_into(source, target)
-        b.bind(result, target)
+        source = b.readable(value)
+        target = b.claim_in_place(value, op, result) or b.allocate_result(result)
+        if not source.is_array(target.name):  # else in place
+            b.emit.copy(source, target)
         targets.append(target)
     if targets[0].type.size == 0 or updates[0].type.size == 0:
-        return
+        return targets
     if strided is not None:
         _update_strided(b, op, targets, strided)
-        return
+        return targets
     result_bytes = targets[0].type.size * elements[0].storage_numpy.itemsize
     worth_threads = schedule_for(update_shape) != dace.ScheduleType.Sequential
     atomic = (worth_threads and n == 1 and _order_free(op.regions[0], elements[0])
@@ -330,76 +327,73 @@ def scatter(b: Builder, op: ir.Op) -> None:
     scatter_dims = [d for d in range(len(update_shape)) if d not in window_dims]
     scatter_index = [update_index[d] for d in scatter_dims]
     map_shape = [update_shape[d] for d in parallel]
+    body, returned = b.scalar_region(op.regions[0].entry,
+                                     [f"__c{k}" for k in range(n)] +
+                                     [f"__x{k}" for k in range(n)], "__v")
 
-    def loop(variable: str, first: str, end: str) -> str:
-        return (f"for (int64_t {variable} = {first}; {variable} < {end}; ++{variable}) {{\n"
-                "h2d::scalar_loop();")
+    code = Writer()
+    with contextlib.ExitStack() as nest:
+        nest.enter_context(code.loops(*(Loop(f"__u{d}", "0", str(update_shape[d]))
+                                        for d in scatter_dims if d not in parallel),
+                                      scalar=True))
+        inside = []
+        for k in range(len(to_operand)):
+            start = _start_index(read_index, scatter_index, index_vector_dim, k,
+                                 indices.type.rank)
+            code.line(f"const int64_t __start{k} = {start};")
+            bound = shape[to_operand[k]] - window_sizes[to_operand[k]]
+            inside.append(f"(uint64_t)__start{k} <= {bound}ull")
+        nest.enter_context(code.block(f"if ({' && '.join(inside) or 'true'})"))
+        looped_window = [d for d in window_dims if d not in parallel]
+        if chunk:  # one flat loop over this iteration's chunk of the window
+            window = int(np.prod([update_shape[d] for d in looped_window], dtype=np.int64))
+            first = f"{params[-1]} * {chunk}LL"
+            nest.enter_context(code.loops(
+                Loop("__w", first, f"std::min<int64_t>({window}LL, {first} + {chunk}LL)"),
+                scalar=True))
+            stride = window
+            for d in looped_window:
+                stride //= update_shape[d]
+                update_index[d] = f"(__w / {stride}LL) % {update_shape[d]}LL"
+            map_shape.append(-(-window // chunk))
+        else:
+            for d in looped_window:
+                nest.enter_context(code.loops(Loop(f"__u{d}", "0", str(update_shape[d])),
+                                              scalar=True))
+        position = []
+        for d in range(len(shape)):
+            terms = []
+            if d in to_operand:
+                terms.append(f"__start{to_operand.index(d)}")
+            if d in input_batching:
+                d_start = indices_batching[input_batching.index(d)]
+                terms.append(scatter_index[d_start - (d_start > index_vector_dim)])
+            if d in window_of:
+                terms.append(update_index[window_of[d]])
+            position.append(_sum(terms))
+        code.line(f"const int64_t __at = {flat_index(shape, position)};")
+        code.lines(f"const {e.compute} __x{k} = {e.load(read(update_index))};"
+                   for k, (e, read) in enumerate(zip(update_elements, read_updates)))
+        if atomic:  # a compare-and-swap loop: the body applied to what the element holds
+            (e,) = elements
+            storage = e.storage.ctype
+            code.line(f"{storage}* __p = &__res0[__at];",
+                      f"{storage} __old = __atomic_load_n(__p, __ATOMIC_RELAXED), __new;",
+                      "do {", f"const {e.compute} __c0 = {e.load('__old')};", *body,
+                      f"__new = {e.store(returned[0])};",
+                      "} while (!__atomic_compare_exchange_n(__p, &__old, __new, true, "
+                      "__ATOMIC_RELAXED, __ATOMIC_RELAXED));")
+        else:
+            code.lines(f"const {e.compute} __c{k} = {e.load(f'__res{k}[__at]')};"
+                       for k, e in enumerate(elements))
+            code.lines(body)
+            code.lines(f"__res{k}[__at] = {e.store(r)};"
+                       for k, (e, r) in enumerate(zip(elements, returned)))
 
-    lines = [loop(f"__u{d}", "0", str(update_shape[d]))
-             for d in scatter_dims if d not in parallel]
-    opened = len(lines) + 1  # blocks: the loops and the bounds check
-    inside = []
-    for k in range(len(to_operand)):
-        start = _start_index(read_index, scatter_index, index_vector_dim, k,
-                             indices.type.rank)
-        lines.append(f"const int64_t __start{k} = {start};")
-        bound = shape[to_operand[k]] - window_sizes[to_operand[k]]
-        inside.append(f"(uint64_t)__start{k} <= {bound}ull")
-    lines.append(f"if ({' && '.join(inside) or 'true'}) {{")
-    looped_window = [d for d in window_dims if d not in parallel]
-    if chunk:  # one flat loop over this iteration's chunk of the window
-        window = int(np.prod([update_shape[d] for d in looped_window], dtype=np.int64))
-        first = f"{params[-1]} * {chunk}LL"
-        lines.append(loop("__w", first, f"std::min<int64_t>({window}LL, {first} + {chunk}LL)"))
-        opened += 1
-        stride = window
-        for d in looped_window:
-            stride //= update_shape[d]
-            update_index[d] = f"(__w / {stride}LL) % {update_shape[d]}LL"
-        map_shape.append(-(-window // chunk))
-    else:
-        lines += [loop(f"__u{d}", "0", str(update_shape[d])) for d in looped_window]
-        opened += len(looped_window)
-    position = []
-    for d in range(len(shape)):
-        terms = []
-        if d in to_operand:
-            terms.append(f"__start{to_operand.index(d)}")
-        if d in input_batching:
-            d_start = indices_batching[input_batching.index(d)]
-            terms.append(scatter_index[d_start - (d_start > index_vector_dim)])
-        if d in window_of:
-            terms.append(update_index[window_of[d]])
-        position.append(_sum(terms))
-    lines.append(f"const int64_t __at = {flat_index(shape, position)};")
-    lines += [f"const {e.compute} __x{k} = {e.load(read(update_index))};"
-              for k, (e, read) in enumerate(zip(update_elements, read_updates))]
-
-    saved = b.current_op
-    body, returned = scalar_region(b, op.regions[0].entry,
-                                   [f"__c{k}" for k in range(n)] +
-                                   [f"__x{k}" for k in range(n)], "__v")
-    b.current_op = saved
-    if atomic:  # a compare-and-swap loop: the body applied to what the element holds now
-        (e,) = elements
-        storage = e.storage.ctype
-        lines += [f"{storage}* __p = &__res0[__at];",
-                  f"{storage} __old = __atomic_load_n(__p, __ATOMIC_RELAXED), __new;",
-                  "do {", f"const {e.compute} __c0 = {e.load('__old')};", *body,
-                  f"__new = {e.store(returned[0])};",
-                  "} while (!__atomic_compare_exchange_n(__p, &__old, __new, true, "
-                  "__ATOMIC_RELAXED, __ATOMIC_RELAXED));"]
-    else:
-        lines += [f"const {e.compute} __c{k} = {e.load(f'__res{k}[__at]')};"
-                  for k, e in enumerate(elements)]
-        lines += body
-        lines += [f"__res{k}[__at] = {e.store(r)};"
-                  for k, (e, r) in enumerate(zip(elements, returned))]
-    lines.append("}" * opened)
-
-    outputs = {f"__res{k}": target for k, target in enumerate(targets)}
     # the results as inputs too: the updates come after the copies of the operands
-    ordering = {f"__prev{k}": target for k, target in enumerate(targets)}
+    reads = {**{conn: Whole(array) for conn, array in arrays.items()},
+             **{f"__prev{k}": Whole(target) for k, target in enumerate(targets)}}
     work = updates[0].type.size // max(1, int(np.prod(map_shape, dtype=np.int64)))
-    b.pointer_map("scatter", map_shape, {**arrays, **ordering}, outputs, "\n".join(lines),
-                 work)
+    b.emit.map("scatter", map_shape, code.text(), reads,
+               {f"__res{k}": Whole(target) for k, target in enumerate(targets)}, work)
+    return targets

@@ -16,12 +16,10 @@ import math
 from pathlib import Path
 from typing import Sequence
 
-import dace
-import dace.library
-
 from .. import ir
 from . import dtypes
-from .builder import Array, Builder, map_params
+from .bindings import Array, Binding
+from .builder import Builder
 from .custom_call import (
     CustomCall,
     call_tasklet,
@@ -31,6 +29,7 @@ from .custom_call import (
     physical_results,
     register_target,
 )
+from .emitter import Element
 from .registry import register
 
 HELPERS_CPP = Path(__file__).with_name("h2d_lapack.h").read_text()
@@ -61,7 +60,7 @@ def _use_lapack(b: Builder) -> list[str]:
     if not lapack_installed():
         raise b.unsupported("LAPACK is not installed: install Debian's libopenblas-dev and "
                             "liblapacke-dev (make does so when run as root)")
-    b.include_once(HELPERS_CPP)
+    b.emit.include_once(HELPERS_CPP)
     return [Lapack.full_class_path()]
 
 
@@ -107,18 +106,20 @@ def _kernel(b: Builder, kernel: str, element: dtypes.ElementType, arguments: Seq
     call_tasklet(b, kernel, code, inputs, outputs, environments)
 
 
-def _emit(b: Builder, call: CustomCall, kernel: str, arguments: Sequence) -> None:
+def _emit(b: Builder, call: CustomCall, kernel: str, arguments: Sequence) -> list[Binding]:
     """The custom call as ``kernel`` with ``arguments``, every operand's buffer and every
     result's buffer, in the call's layouts."""
+    buffers, results = physical_results(b, call)
     _kernel(b, kernel, dtypes.of(call.op.operands[0].type), arguments,
-            physical_operands(b, call), physical_results(b, call))
+            physical_operands(b, call), buffers)
+    return results
 
 
 # ------------------------------------------------------------------------ targets
 
 
 @register_target(*_names("trsm"))
-def trsm(b: Builder, call: CustomCall) -> None:
+def trsm(b: Builder, call: CustomCall) -> list[Binding]:
     p = _letter(call)
     batch, (m, n) = _matrix(b, call, 1)
     side = call.char(b, "side", "LR")
@@ -126,54 +127,54 @@ def trsm(b: Builder, call: CustomCall) -> None:
     _check(b, "operand", call.op.operands, [(batch + (k, k), ELEMENTS[p]),
                                             (batch + (m, n), ELEMENTS[p])])
     _check(b, "result", call.op.results, [(batch + (m, n), ELEMENTS[p])])
-    _emit(b, call, "trsm_ffi", [math.prod(batch), m, n, side, call.char(b, "uplo", "LU"),
+    return _emit(b, call, "trsm_ffi", [math.prod(batch), m, n, side, call.char(b, "uplo", "LU"),
                                 call.char(b, "trans_x", "NTC"), call.char(b, "diag", "NU")])
 
 
 @register_target(*_names("getrf"))
-def getrf(b: Builder, call: CustomCall) -> None:
+def getrf(b: Builder, call: CustomCall) -> list[Binding]:
     p = _letter(call)
     batch, (m, n) = _matrix(b, call)
     _check(b, "operand", call.op.operands, [(batch + (m, n), ELEMENTS[p])])
     _check(b, "result", call.op.results, [(batch + (m, n), ELEMENTS[p]),
                                           (batch + (min(m, n),), I32), (batch, I32)])
-    _emit(b, call, "getrf_ffi", [math.prod(batch), m, n])
+    return _emit(b, call, "getrf_ffi", [math.prod(batch), m, n])
 
 
 @register_target(*_names("geqrf"))
-def geqrf(b: Builder, call: CustomCall) -> None:
+def geqrf(b: Builder, call: CustomCall) -> list[Binding]:
     p = _letter(call)
     batch, (m, n) = _matrix(b, call)
     _check(b, "operand", call.op.operands, [(batch + (m, n), ELEMENTS[p])])
     _check(b, "result", call.op.results, [(batch + (m, n), ELEMENTS[p]),
                                           (batch + (min(m, n),), ELEMENTS[p])])
-    _emit(b, call, "geqrf_ffi", [math.prod(batch), m, n])
+    return _emit(b, call, "geqrf_ffi", [math.prod(batch), m, n])
 
 
 @register_target(*_names("geqp3"))
-def geqp3(b: Builder, call: CustomCall) -> None:
+def geqp3(b: Builder, call: CustomCall) -> list[Binding]:
     p = _letter(call)
     batch, (m, n) = _matrix(b, call)
     _check(b, "operand", call.op.operands, [(batch + (m, n), ELEMENTS[p]),
                                             (batch + (n,), I32)])
     _check(b, "result", call.op.results, [(batch + (m, n), ELEMENTS[p]), (batch + (n,), I32),
                                           (batch + (min(m, n),), ELEMENTS[p])])
-    _emit(b, call, "geqp3_ffi", [math.prod(batch), m, n])
+    return _emit(b, call, "geqp3_ffi", [math.prod(batch), m, n])
 
 
 @register_target(*_names("orgqr", "ungqr"))
-def orgqr(b: Builder, call: CustomCall) -> None:
+def orgqr(b: Builder, call: CustomCall) -> list[Binding]:
     p = _letter(call)
     batch, (m, n) = _matrix(b, call)
     _, (k,) = _matrix(b, call, 1, rank=1)
     _check(b, "operand", call.op.operands, [(batch + (m, n), ELEMENTS[p]),
                                             (batch + (k,), ELEMENTS[p])])
     _check(b, "result", call.op.results, [(batch + (m, n), ELEMENTS[p])])
-    _emit(b, call, "orgqr_ffi", [math.prod(batch), m, n, k])
+    return _emit(b, call, "orgqr_ffi", [math.prod(batch), m, n, k])
 
 
 @register_target(*_names("ormqr", "unmqr"))
-def ormqr(b: Builder, call: CustomCall) -> None:
+def ormqr(b: Builder, call: CustomCall) -> list[Binding]:
     p = _letter(call)
     batch, (a_rows, a_cols) = _matrix(b, call)
     _, (k,) = _matrix(b, call, 1, rank=1)
@@ -187,20 +188,20 @@ def ormqr(b: Builder, call: CustomCall) -> None:
         raise b.unsupported(f"{call.target}: reflectors of shape {(a_rows, a_cols)} and {k} "
                             f"taus for a {m}x{n} matrix multiplied from the "
                             f"{'left' if left else 'right'}")
-    _emit(b, call, "ormqr_ffi", [math.prod(batch), a_rows, a_cols, m, n, k, left,
+    return _emit(b, call, "ormqr_ffi", [math.prod(batch), a_rows, a_cols, m, n, k, left,
                                  call.value(b, "transpose", bool)])
 
 
 @register_target(*_names("potrf"))
-def potrf(b: Builder, call: CustomCall) -> None:
+def potrf(b: Builder, call: CustomCall) -> list[Binding]:
     p = _letter(call)
     batch, (n, _) = _matrix(b, call)
     _check(b, "operand", call.op.operands, [(batch + (n, n), ELEMENTS[p])])
     _check(b, "result", call.op.results, [(batch + (n, n), ELEMENTS[p]), (batch, I32)])
-    _emit(b, call, "potrf_ffi", [math.prod(batch), n, call.char(b, "uplo", "LU")])
+    return _emit(b, call, "potrf_ffi", [math.prod(batch), n, call.char(b, "uplo", "LU")])
 
 
-def _svd(b: Builder, call: CustomCall, kernel: str) -> None:
+def _svd(b: Builder, call: CustomCall, kernel: str) -> list[Binding]:
     p = _letter(call)
     batch, (m, n) = _matrix(b, call)
     mode = call.char(b, "mode", "ASN")
@@ -216,45 +217,45 @@ def _svd(b: Builder, call: CustomCall, kernel: str) -> None:
                                           (batch + (min(m, n),), REAL[p]),
                                           (batch + tuple(u_shape), ELEMENTS[p]),
                                           (batch + tuple(vt_shape), ELEMENTS[p]), (batch, I32)])
-    _emit(b, call, kernel, [math.prod(batch), m, n, *u_shape, *vt_shape, mode])
+    return _emit(b, call, kernel, [math.prod(batch), m, n, *u_shape, *vt_shape, mode])
 
 
 @register_target(*_names("gesdd"))
-def gesdd(b: Builder, call: CustomCall) -> None:
-    _svd(b, call, "gesdd_ffi")
+def gesdd(b: Builder, call: CustomCall) -> list[Binding]:
+    return _svd(b, call, "gesdd_ffi")
 
 
 @register_target(*_names("gesvd"))
-def gesvd(b: Builder, call: CustomCall) -> None:
-    _svd(b, call, "gesvd_ffi")
+def gesvd(b: Builder, call: CustomCall) -> list[Binding]:
+    return _svd(b, call, "gesvd_ffi")
 
 
 @register_target(*_names("syevd", "heevd"))
-def syevd(b: Builder, call: CustomCall) -> None:
+def syevd(b: Builder, call: CustomCall) -> list[Binding]:
     p = _letter(call)
     batch, (n, _) = _matrix(b, call)
     _check(b, "operand", call.op.operands, [(batch + (n, n), ELEMENTS[p])])
     _check(b, "result", call.op.results, [(batch + (n, n), ELEMENTS[p]),
                                           (batch + (n,), REAL[p]), (batch, I32)])
-    _emit(b, call, "syevd_ffi", [math.prod(batch), n, call.char(b, "mode", "NV"),
+    return _emit(b, call, "syevd_ffi", [math.prod(batch), n, call.char(b, "mode", "NV"),
                                  call.char(b, "uplo", "LU")])
 
 
 @register_target(*_names("geev"))
-def geev(b: Builder, call: CustomCall) -> None:
+def geev(b: Builder, call: CustomCall) -> list[Binding]:
     p = _letter(call)
     batch, (n, _) = _matrix(b, call)
     _check(b, "operand", call.op.operands, [(batch + (n, n), ELEMENTS[p])])
     vectors = (batch + (n, n), COMPLEX.get(p, ELEMENTS[p]))
     values = [(batch + (n,), ELEMENTS[p])] * (2 if p in "sd" else 1)
     _check(b, "result", call.op.results, values + [vectors, vectors, (batch, I32)])
-    _emit(b, call, "geev_real_ffi" if p in "sd" else "geev_complex_ffi",
+    return _emit(b, call, "geev_real_ffi" if p in "sd" else "geev_complex_ffi",
           [math.prod(batch), n, call.char(b, "compute_left", "NV"),
            call.char(b, "compute_right", "NV")])
 
 
 @register_target(*_names("gees"))
-def gees(b: Builder, call: CustomCall) -> None:
+def gees(b: Builder, call: CustomCall) -> list[Binding]:
     p = _letter(call)
     batch, (n, _) = _matrix(b, call)
     call.char(b, "sort", "N")  # jaxlib does not sort either (no select function)
@@ -262,7 +263,7 @@ def gees(b: Builder, call: CustomCall) -> None:
     values = [(batch + (n,), ELEMENTS[p])] * (2 if p in "sd" else 1)
     _check(b, "result", call.op.results, [(batch + (n, n), ELEMENTS[p])] * 2 + values
            + [(batch, I32), (batch, I32)])
-    _emit(b, call, "gees_real_ffi" if p in "sd" else "gees_complex_ffi",
+    return _emit(b, call, "gees_real_ffi" if p in "sd" else "gees_complex_ffi",
           [math.prod(batch), n, call.char(b, "mode", "NV")])
 
 
@@ -275,36 +276,36 @@ def _square_matrix(b: Builder, call: CustomCall) -> tuple[tuple[int, ...], tuple
 
 
 @register_target(*_names("gehrd"))
-def gehrd(b: Builder, call: CustomCall) -> None:
+def gehrd(b: Builder, call: CustomCall) -> list[Binding]:
     p = _letter(call)
     batch, (m, n) = _square_matrix(b, call)
     _check(b, "operand", call.op.operands, [(batch + (m, n), ELEMENTS[p])])
     _check(b, "result", call.op.results, [(batch + (m, n), ELEMENTS[p]),
                                           (batch + (n - 1,), ELEMENTS[p]), (batch, I32)])
-    _emit(b, call, "gehrd_ffi", [math.prod(batch), m, n, call.value(b, "low", int),
+    return _emit(b, call, "gehrd_ffi", [math.prod(batch), m, n, call.value(b, "low", int),
                                  call.value(b, "high", int)])
 
 
 @register_target(*_names("sytrd", "hetrd"))
-def sytrd(b: Builder, call: CustomCall) -> None:
+def sytrd(b: Builder, call: CustomCall) -> list[Binding]:
     p = _letter(call)
     batch, (m, n) = _square_matrix(b, call)
     _check(b, "operand", call.op.operands, [(batch + (m, n), ELEMENTS[p])])
     _check(b, "result", call.op.results, [(batch + (m, n), ELEMENTS[p]),
                                           (batch + (n,), REAL[p]), (batch + (n - 1,), REAL[p]),
                                           (batch + (n - 1,), ELEMENTS[p]), (batch, I32)])
-    _emit(b, call, "sytrd_ffi", [math.prod(batch), m, n, n - 1, call.char(b, "uplo", "LU")])
+    return _emit(b, call, "sytrd_ffi", [math.prod(batch), m, n, n - 1, call.char(b, "uplo", "LU")])
 
 
 @register_target(*_names("gtsv"))
-def gtsv(b: Builder, call: CustomCall) -> None:
+def gtsv(b: Builder, call: CustomCall) -> list[Binding]:
     p = _letter(call)
     batch, (m, nrhs) = _matrix(b, call, 3)
     diagonal = (batch + (m,), ELEMENTS[p])
     _check(b, "operand", call.op.operands, [diagonal] * 3 + [(batch + (m, nrhs), ELEMENTS[p])])
     _check(b, "result", call.op.results, [diagonal] * 3 + [(batch + (m, nrhs), ELEMENTS[p]),
                                                            (batch, I32)])
-    _emit(b, call, "gtsv_ffi", [math.prod(batch), m, nrhs])
+    return _emit(b, call, "gtsv_ffi", [math.prod(batch), m, nrhs])
 
 
 # ------------------------------------------------------------------------ StableHLO ops
@@ -312,15 +313,12 @@ def gtsv(b: Builder, call: CustomCall) -> None:
 
 def _convert(b: Builder, source: Array, target: Array, convert) -> None:
     """``target`` = ``convert`` (C++ of the value read) of each element of ``source``."""
-    if source.type.size:
-        index = ", ".join(map_params(source.type.rank))
-        b.mapped_tasklet("convert", source.type,
-                         {"__in": dace.Memlet(f"{source.name}[{index}]")},
-                         f"__out = {convert('__in')};",
-                         {"__out": dace.Memlet(f"{target.name}[{index}]")})
+    b.emit.map("convert", source.type.shape, f"__out = {convert('__in')};",
+               {"__in": Element(source)}, {"__out": Element(target)})
 
 
-def _row_major_kernel(b: Builder, op: ir.Op, kernel: str, arguments: Sequence) -> None:
+def _row_major_kernel(b: Builder, op: ir.Op, kernel: str, arguments: Sequence
+                      ) -> list[Binding]:
     """Call ``h2d::lapack::<kernel>`` on the operands and result as they are (row-major);
     f16 and bf16 are computed in f32 and rounded once at the end."""
     t = op.result.type
@@ -328,33 +326,35 @@ def _row_major_kernel(b: Builder, op: ir.Op, kernel: str, arguments: Sequence) -
     if t.element not in (*ELEMENTS.values(), "f16", "bf16"):
         raise b.unsupported(f"element type {t.element}", [*ELEMENTS.values(), "f16", "bf16"])
     inputs = [b.array(v) for v in op.operands]
-    target = output = b.result_array(op.result)
+    target = output = b.allocate_result(op.result)
     if element.is_stored_as_bits:
         wide = []
         for array in inputs:
-            wide.append(b.add_array(f"{array.name}_f32", ir.TensorType(array.type.shape, "f32")))
+            wide.append(b.emit.add_array(f"{array.name}_f32",
+                                         ir.TensorType(array.type.shape, "f32")))
             _convert(b, array, wide[-1], element.load)
-        inputs, output = wide, b.add_array(f"{target.name}_f32", ir.TensorType(t.shape, "f32"))
+        output = b.emit.add_array(f"{target.name}_f32", ir.TensorType(t.shape, "f32"))
+        inputs = wide
     _kernel(b, kernel, dtypes.of(output.type), arguments, inputs, [output])
     if output is not target:
         _convert(b, output, target, element.store)
-    b.bind(op.result, target)
+    return [target]
 
 
 @register("stablehlo.cholesky")
-def cholesky(b: Builder, op: ir.Op) -> None:
+def cholesky(b: Builder, op: ir.Op) -> list[Binding]:
     """XLA's CPU result: the factor in the requested triangle, zeros in the other, all NaN
     where the matrix is not positive definite."""
     t = op.result.type
     if t.rank < 2 or t.shape[-1] != t.shape[-2] or op.operands[0].type != t:
         raise b.unsupported(f"operand {op.operands[0].type} -> {t} (batches of square "
                             "matrices are needed)")
-    _row_major_kernel(b, op, "cholesky", [math.prod(t.shape[:-2]), t.shape[-1],
+    return _row_major_kernel(b, op, "cholesky", [math.prod(t.shape[:-2]), t.shape[-1],
                                           bool(op.attr("lower", False))])
 
 
 @register("stablehlo.triangular_solve")
-def triangular_solve(b: Builder, op: ir.Op) -> None:
+def triangular_solve(b: Builder, op: ir.Op) -> list[Binding]:
     a, rhs = op.operands
     t = op.result.type
     left = bool(op.attr("left_side"))
@@ -367,6 +367,6 @@ def triangular_solve(b: Builder, op: ir.Op) -> None:
     if t.rank < 2 or rhs.type != t or a.type != ir.TensorType(t.shape[:-2] + (n, n), t.element):
         raise b.unsupported(f"operands {a.type}, {rhs.type} -> {t} (a batch of square "
                             "matrices and a batch of right-hand sides of the result's type)")
-    _row_major_kernel(b, op, "triangular_solve",
+    return _row_major_kernel(b, op, "triangular_solve",
                       [math.prod(t.shape[:-2]), m, k, left, bool(op.attr("lower")),
                        bool(op.attr("unit_diagonal")), modes[transpose]])

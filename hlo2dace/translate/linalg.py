@@ -33,6 +33,7 @@ does (XLA's CPU rejects the algorithms that would change precision).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import glob
 import math
@@ -45,8 +46,11 @@ import ml_dtypes
 
 from .. import ir, symbolic
 from . import dtypes
-from .builder import Array, Builder, Literal, View, cpp_size, dace_shape, map_params
+from .bindings import Array, Binding, Literal, View, cpp_size, dace_shape, map_params
+from .builder import Builder
+from .cpp import Loop, Writer
 from .dtypes import ElementType
+from .emitter import Element, Whole
 from .literals import literal
 from .registry import register
 
@@ -56,8 +60,8 @@ BLAS_TYPES = {"f32": "s", "f64": "d", "complex<f32>": "c", "complex<f64>": "z"}
 BLAS_INT_MAX = 2**31 - 1
 #: bytes of result row a register block of the loop kernel accumulates
 REGISTER_BLOCK_BYTES = 256
-#: multiply-adds below which the loop kernel is not worth parallelising
-PARALLEL_WORK = 1 << 22
+#: multiply-adds below which the loop kernel's rows are not worth parallelising
+PARALLEL_PRODUCT_WORK = 1 << 22
 #: multiply-adds per batch element up to which the loop kernel beats a BLAS call
 SMALL_PRODUCT = 4096
 
@@ -164,36 +168,26 @@ def row_major(shape: Sequence[int]) -> list[int]:
 def strided_operand(binding: Union[Array, Literal, View]) -> Operand | None:
     """The operand read where it lies: an array, or a view of one (any affine
     re-indexing: transpose, slice, reverse, broadcast); None for a literal."""
-    if isinstance(binding, Array):
+    if binding.is_literal:
+        return None
+    if not isinstance(binding, View):
         return Operand(binding, 0, tuple(row_major(binding.type.shape)))
-    if isinstance(binding, View):
-        offset, strides = 0, [0] * binding.type.rank
-        for stride, axis in zip(row_major(dace_shape(binding.source.type)), binding.axes):
-            offset += stride * axis.offset
-            if axis.dim is not None:
-                strides[axis.dim] += stride * axis.stride
-        return Operand(binding.source, offset, tuple(strides))
-    return None
-
-
-def read_at(binding: Union[Array, Literal, View], positions: Sequence[str]) -> tuple[str, str]:
-    """The data and subset of a memlet reading ``binding`` at logical ``positions``."""
-    if isinstance(binding, View):
-        subset = [str(axis.offset) if axis.dim is None else
-                  f"{axis.offset} + {axis.stride} * {positions[axis.dim]}" for axis in binding.axes]
-        return binding.source.name, ", ".join(subset) or "0"
-    return binding.name, ", ".join(positions) or "0"
+    offset, strides = 0, [0] * binding.type.rank
+    for stride, axis in zip(row_major(dace_shape(binding.source.type)), binding.axes):
+        offset += stride * axis.offset
+        if axis.dim is not None:
+            strides[axis.dim] += stride * axis.stride
+    return Operand(binding.source, offset, tuple(strides))
 
 
 def read_element(binding: Union[Array, Literal, View], element: ElementType,
-                 positions: Sequence[str]) -> tuple[str, dict[str, dace.Memlet]]:
+                 positions: Sequence[str]) -> tuple[str, dict[str, Element]]:
     """C++ for the element of ``binding`` at logical ``positions`` (in storage form) and
-    the input memlets it needs: a literal is written out, anything else read through the
+    the inputs it needs: a literal is written out, anything else read through the
     connector ``__in``."""
-    if isinstance(binding, Literal):
+    if binding.is_literal:
         return literal(binding.value, element, storage=True), {}
-    data, subset = read_at(binding, positions)
-    return "__in", {"__in": dace.Memlet(f"{data}[{subset}]")}
+    return "__in", {"__in": Element(binding, positions)}
 
 
 def _copy(b: Builder, value: ir.Value, order: Sequence[int],
@@ -201,19 +195,18 @@ def _copy(b: Builder, value: ir.Value, order: Sequence[int],
     """One map that copies ``value`` into a new array with its dimensions in ``order``;
     ``convert`` (compute, storage): its elements converted as the product converts them
     and stored as ``storage``, else copied as they are."""
-    binding = b.operand(value)
+    binding = b.readable(value)
     source = dtypes.of(value.type)
     shape = value.type.shape
     storage = convert[1] if convert else source
     t = ir.TensorType(tuple(shape[d] for d in order), storage.element)
-    copy = b.add_array(f"{value.name.lstrip('%')}_t", t)
+    copy = b.emit.add_array(f"{value.name.lstrip('%')}_t", t)
     params = map_params(len(order))
     positions = [params[order.index(d)] for d in range(len(shape))]
     read, inputs = read_element(binding, source, positions)
     if convert:
         read = storage.store(converted(read, source, convert[0]))
-    _sequential_map(b, "dot_operand", t, inputs, f"__out = {read};",
-                    {"__out": dace.Memlet(f"{copy.name}[{', '.join(params) or '0'}]")})
+    _sequential_map(b, "dot_operand", t, inputs, f"__out = {read};", {"__out": Element(copy)})
     strides = [0] * len(shape)
     for d, stride in zip(order, row_major(t.shape)):
         strides[d] = stride
@@ -222,10 +215,10 @@ def _copy(b: Builder, value: ir.Value, order: Sequence[int],
 
 def _sequential_map(b: Builder, label: str, t: ir.TensorType, inputs: dict, code: str,
                     outputs: dict) -> None:
-    """``Builder.mapped_tasklet``, but run by one thread: for the copies next to a BLAS
-    call, which cost O(n^2) to its O(n^3), and whose OpenMP workers, spinning after the
-    map, would take the cores OpenBLAS's threads need (and the reverse)."""
-    b.mapped_tasklet(label, t, inputs, code, outputs, schedule=dace.ScheduleType.Sequential)
+    """``Emitter.map``, but run by one thread: for the copies next to a BLAS call, which
+    cost O(n^2) to its O(n^3), and whose OpenMP workers, spinning after the map, would take
+    the cores OpenBLAS's threads need (and the reverse)."""
+    b.emit.map(label, t.shape, code, inputs, outputs, schedule=dace.ScheduleType.Sequential)
 
 
 # ------------------------------------------------------------------- the product
@@ -309,7 +302,7 @@ class _Product:
 
 
 @register("stablehlo.dot_general")
-def dot_general(b: Builder, op: ir.Op) -> None:
+def dot_general(b: Builder, op: ir.Op) -> list[Binding]:
     lhs, rhs = op.operands
     numbers = op.attr("dot_dimension_numbers")
     fields = numbers.fields if isinstance(numbers, ir.StructAttr) else {}
@@ -322,17 +315,21 @@ def dot_general(b: Builder, op: ir.Op) -> None:
     lhs_element, rhs_element, result, compute = op_types(b, op, "product")
     full = _Product.of(op, tuple(zip(lhs_batch, rhs_batch)),
                        tuple(zip(lhs_contract, rhs_contract)))
-    target = b.result_array(op.result)
-    b.bind(op.result, target)
+    target = b.allocate_result(op.result)
     if op.result.type.size == 0:
-        return
-    if full.k == 0:  # an empty sum
-        b.copy_into(Literal(result.numpy.type(0), op.result.type), target)
-        return
-    if full.k == 1:
+        pass
+    elif full.k == 0:  # an empty sum
+        b.emit.copy(Literal(result.numpy.type(0), op.result.type), target)
+    elif full.k == 1:
         _outer_product(b, op, full, compute, target)
-        return
-    product = full.without_units()
+    else:
+        _product(b, op, full.without_units(), compute, target)
+    return [target]
+
+
+def _product(b: Builder, op: ir.Op, product: _Product, compute: ElementType,
+             target: Array) -> None:
+    """A contraction: by OpenBLAS, in XLA's order (complex), or in a loop nest."""
     accumulate = dtypes.element_type("f32") if compute.is_stored_as_bits else compute
     sizes = (product.m, product.n, product.k)
     if symbolic.is_symbolic(op.result.type) or any(map(symbolic.is_symbolic,
@@ -357,18 +354,17 @@ def _outer_product(b: Builder, op: ir.Op, product: _Product, compute: ElementTyp
     inputs, args = {}, []
     for side, value in enumerate(op.operands):
         element = dtypes.of(value.type)
-        binding = b.operand(value)
-        if isinstance(binding, Literal):
+        binding = b.readable(value)
+        if binding.is_literal:
             read = literal(binding.value, element, storage=True)
         else:
-            data, subset = read_at(binding, product.result_positions(side, params))
-            inputs[f"__in{side}"] = dace.Memlet(f"{data}[{subset}]")
+            inputs[f"__in{side}"] = Element(binding, product.result_positions(side, params))
             read = f"__in{side}"
         args.append(converted(read, element, compute))
     value = stored(compute.fit(f"h2d::mul({args[0]}, {args[1]})"), compute,
                     dtypes.of(op.result.type))
-    b.mapped_tasklet("outer_product", op.result.type, inputs, f"__out = {value};",
-                     {"__out": dace.Memlet(f"{target.name}[{', '.join(params) or '0'}]")})
+    b.emit.map("outer_product", target.type.shape, f"__out = {value};", inputs,
+               {"__out": Element(target)})
 
 
 def _arrange(b: Builder, op: ir.Op, product: _Product, fits,
@@ -377,7 +373,7 @@ def _arrange(b: Builder, op: ir.Op, product: _Product, fits,
     """Both operands, and the order of the contracting pairs: each read in place where
     ``fits(side, operand, order)`` accepts it (and it holds ``convert``'s storage type),
     else copied once into the layout batch x free x K (lhs) or batch x K x free (rhs)."""
-    in_place = [strided_operand(b.operand(v)) for v in op.operands]
+    in_place = [strided_operand(b.readable(v)) for v in op.operands]
     for side, operand in enumerate(in_place):
         if (operand is not None and convert is not None
                 and precision_key(operand.element) != precision_key(convert[1])):
@@ -460,52 +456,52 @@ def _blas_product(b: Builder, op: ir.Op, product: _Product,
     _, x_free, x_k = product.groups(1, x, order)
     result = dtypes.of(op.result.type)
     direct = precision_key(accumulate) == precision_key(result)
-    out = target if direct else b.add_array(
+    out = target if direct else b.emit.add_array(
         "dot_sum", ir.TensorType(tuple(op.result.type.shape), accumulate.element))
     prefix = BLAS_TYPES[accumulate.element]
-    lines = []
+    code = Writer()
     if accumulate.is_complex:
-        lines.append(f"const {accumulate.compute} __one(1), __zero(0);")
+        code.line(f"const {accumulate.compute} __one(1), __zero(0);")
         alpha, beta = "&__one", "&__zero"
     else:
         alpha, beta = "1", "0"
     indices = [f"__b{j}" for j in range(len(product.batch))]
-    lines += [f"for (int64_t {index} = 0; {index} < {product.shapes[0][pair[0]]}; ++{index}) "
-              "{ h2d::scalar_loop();" for index, pair in zip(indices, product.batch)]
     pa, px, pc = (f"{p} + ({offset})" for p, offset in
                   zip(("__a", "__b", "__c"), product.offsets((a, x), indices)))
-    if m == 1 and n == 1:
-        vectors = f"{k}, {pa}, {_increment(a_k)}, {px}, {_increment(x_k)}"
-        if accumulate.is_complex:
-            lines.append(f"cblas_{prefix}dotu_sub({vectors}, {pc});")
+    with code.loops(*(Loop(index, "0", str(product.shapes[0][pair[0]]))
+                      for index, pair in zip(indices, product.batch)), scalar=bool(indices)):
+        if m == 1 and n == 1:
+            vectors = f"{k}, {pa}, {_increment(a_k)}, {px}, {_increment(x_k)}"
+            if accumulate.is_complex:
+                code.line(f"cblas_{prefix}dotu_sub({vectors}, {pc});")
+            else:
+                code.line(f"*({pc}) = cblas_{prefix}dot({vectors});")
+        elif n == 1:  # y = A x
+            transposed, ld = _matrix(m, a_free, k, a_k)
+            rows, cols = (k, m) if transposed else (m, k)
+            code.line(f"cblas_{prefix}gemv(CblasRowMajor, {_trans(transposed)}, {rows}, "
+                      f"{cols}, {alpha}, {pa}, {ld}, {px}, {_increment(x_k)}, {beta}, {pc}, "
+                      "1);")
+        elif m == 1:  # y = B^T x
+            transposed, ld = _matrix(k, x_k, n, x_free)
+            rows, cols = (n, k) if transposed else (k, n)
+            code.line(f"cblas_{prefix}gemv(CblasRowMajor, {_trans(not transposed)}, {rows}, "
+                      f"{cols}, {alpha}, {px}, {ld}, {pa}, {_increment(a_k)}, {beta}, {pc}, "
+                      "1);")
         else:
-            lines.append(f"*({pc}) = cblas_{prefix}dot({vectors});")
-    elif n == 1:  # y = A x
-        transposed, ld = _matrix(m, a_free, k, a_k)
-        rows, cols = (k, m) if transposed else (m, k)
-        lines.append(f"cblas_{prefix}gemv(CblasRowMajor, {_trans(transposed)}, {rows}, {cols},"
-                     f" {alpha}, {pa}, {ld}, {px}, {_increment(x_k)}, {beta}, {pc}, 1);")
-    elif m == 1:  # y = B^T x
-        transposed, ld = _matrix(k, x_k, n, x_free)
-        rows, cols = (n, k) if transposed else (k, n)
-        lines.append(f"cblas_{prefix}gemv(CblasRowMajor, {_trans(not transposed)}, {rows}, "
-                     f"{cols}, {alpha}, {px}, {ld}, {pa}, {_increment(a_k)}, {beta}, {pc}, 1);")
-    else:
-        trans_a, lda = _matrix(m, a_free, k, a_k)
-        trans_b, ldb = _matrix(k, x_k, n, x_free)
-        lines.append(f"cblas_{prefix}gemm(CblasRowMajor, {_trans(trans_a)}, {_trans(trans_b)}, "
-                     f"{m}, {n}, {k}, {alpha}, {pa}, {lda}, {px}, {ldb}, {beta}, {pc}, {n});")
-    if accumulate.is_complex and k > 1:
-        lines.append(f"h2d::no_negative_zero_sums({pc}, {m * n});")
-    lines.append("}" * len(indices))
-    b.pointer_map("blas", (), {"__a": a.array, "__b": x.array}, {"__c": out},
-                  "\n".join(lines), environments=[OpenBLAS.full_class_path()])
+            trans_a, lda = _matrix(m, a_free, k, a_k)
+            trans_b, ldb = _matrix(k, x_k, n, x_free)
+            code.line(f"cblas_{prefix}gemm(CblasRowMajor, {_trans(trans_a)}, "
+                      f"{_trans(trans_b)}, {m}, {n}, {k}, {alpha}, {pa}, {lda}, {px}, {ldb}, "
+                      f"{beta}, {pc}, {n});")
+        if accumulate.is_complex and k > 1:
+            code.line(f"h2d::no_negative_zero_sums({pc}, {m * n});")
+    b.emit.map("blas", (), code.text(), {"__a": Whole(a.array), "__b": Whole(x.array)},
+               {"__c": Whole(out)}, environments=[OpenBLAS.full_class_path()])
     if not direct:
-        subset = ", ".join(map_params(op.result.type.rank)) or "0"
-        _sequential_map(b, "dot_result", op.result.type,
-                        {"__in": dace.Memlet(f"{out.name}[{subset}]")},
+        _sequential_map(b, "dot_result", op.result.type, {"__in": Element(out)},
                         f"__out = {stored('__in', accumulate, result)};",
-                        {"__out": dace.Memlet(f"{target.name}[{subset}]")})
+                        {"__out": Element(target)})
 
 
 def _symbolic_product(b: Builder, op: ir.Op, product: _Product,
@@ -529,8 +525,8 @@ def _symbolic_product(b: Builder, op: ir.Op, product: _Product,
         is an array laid out so, else a copy."""
         value = op.operands[side]
         order = dims + [d for d in range(value.type.rank) if d not in dims]
-        binding = b.operand(value)
-        if (isinstance(binding, Array) and order == sorted(order)
+        binding = b.readable(value)
+        if (binding.is_array(binding.data) and order == sorted(order)
                 and precision_key(dtypes.of(value.type)) == precision_key(accumulate)):
             return binding
         return _copy(b, value, order, convert).array
@@ -540,20 +536,20 @@ def _symbolic_product(b: Builder, op: ir.Op, product: _Product,
     m, n, k = (cpp_size(size) for size in (product.m, product.n, product.k))
     count = cpp_size(product.size(0, batch[0]))
     prefix = BLAS_TYPES[accumulate.element]
-    lines = [f"const int64_t __m = {m}, __n = {n}, __k = {k};"]
+    code = Writer()
+    code.line(f"const int64_t __m = {m}, __n = {n}, __k = {k};")
     if accumulate.is_complex:
-        lines.append(f"const {accumulate.compute} __one(1), __zero(0);")
+        code.line(f"const {accumulate.compute} __one(1), __zero(0);")
         alpha, beta = "&__one", "&__zero"
     else:
         alpha, beta = "1", "0"
-    lines += [f"for (int64_t __i = 0; __i < {count}; ++__i) {{ h2d::scalar_loop();",
-              f"cblas_{prefix}gemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, __m, __n, __k, "
-              f"{alpha}, __a + __i * __m * __k, std::max<int64_t>(1, __k), "
-              f"__b + __i * __k * __n, std::max<int64_t>(1, __n), {beta}, "
-              "__c + __i * __m * __n, std::max<int64_t>(1, __n));",
-              "}"]
-    b.pointer_map("blas", (), {"__a": a, "__b": x}, {"__c": target},
-                  "\n".join(lines), environments=[OpenBLAS.full_class_path()])
+    with code.loops(Loop("__i", "0", count), scalar=True):
+        code.line(f"cblas_{prefix}gemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, __m, __n, "
+                  f"__k, {alpha}, __a + __i * __m * __k, std::max<int64_t>(1, __k), "
+                  f"__b + __i * __k * __n, std::max<int64_t>(1, __n), {beta}, "
+                  "__c + __i * __m * __n, std::max<int64_t>(1, __n));")
+    b.emit.map("blas", (), code.text(), {"__a": Whole(a), "__b": Whole(x)},
+               {"__c": Whole(target)}, environments=[OpenBLAS.full_class_path()])
 
 
 # ------------------------------------------------------------ complex: XLA's order
@@ -597,29 +593,37 @@ def _complex_product(b: Builder, op: ir.Op, product: _Product, compute: ElementT
     real = "float" if compute.element == "complex<f32>" else "double"
     batch = [product.shapes[0][pair[0]] for pair in product.batch]
     rows = math.prod(batch) * m
-    indices = [f"__b{j}" for j in range(len(batch))]
-    lines = ["#pragma omp parallel for schedule(static)"] if rows * n * k > PARALLEL_WORK else []
-    lines += [f"for (int64_t __r = 0; __r < {rows}LL; ++__r) {{", "h2d::scalar_loop();",
-              f"int64_t __t = __r / {m}LL;"]
-    for index, size in reversed(list(zip(indices, batch))):
-        lines.append(f"const int64_t {index} = __t % {size}LL; __t /= {size}LL;")
-    pa, px, pc = product.offsets((a, x), indices)
-    cdot = (f"h2d::eigen_cdot<{real}>(__lhs, __rhs, {k}LL, "
-            f"h2d::cdot_order<{real}>(__m, __n, {m}LL, {n}LL))")
-    lines += [f"const int64_t __m = __r % {m}LL;",
-              f"const auto* __pa = __a + ({pa} + {a_free}LL * __m);",
-              f"auto* __pc = __c + ({pc} + {n}LL * __m);",
-              f"auto __lhs = [&](int64_t __k) {{ "
-              f"return {converted(f'__pa[__k * {a_k}LL]', a.element, compute)}; }};",
-              f"for (int64_t __n = 0; __n < {n}LL; ++__n) {{",
-              "h2d::scalar_loop();",
-              f"const auto* __col = __b + ({px} + {x_free}LL * __n);",
-              f"auto __rhs = [&](int64_t __k) {{ "
-              f"return {converted(f'__col[__k * {x_k}LL]', x.element, compute)}; }};",
-              f"__pc[__n] = {stored(cdot, compute, dtypes.of(op.result.type))};",
-              "}", "}"]
-    b.pointer_map("dot_complex", (), {"__a": a.array, "__b": x.array}, {"__c": target},
-                  "\n".join(lines))
+    code = Writer()
+    with _rows_loop(code, batch, rows, m, rows * n * k):
+        pa, px, pc = product.offsets((a, x), [f"__b{j}" for j in range(len(batch))])
+        cdot = (f"h2d::eigen_cdot<{real}>(__lhs, __rhs, {k}LL, "
+                f"h2d::cdot_order<{real}>(__m, __n, {m}LL, {n}LL))")
+        code.line(f"const auto* __pa = __a + ({pa} + {a_free}LL * __m);",
+                  f"auto* __pc = __c + ({pc} + {n}LL * __m);",
+                  f"auto __lhs = [&](int64_t __k) {{ "
+                  f"return {converted(f'__pa[__k * {a_k}LL]', a.element, compute)}; }};")
+        with code.loops(Loop("__n", "0", f"{n}LL"), scalar=True):
+            code.line(f"const auto* __col = __b + ({px} + {x_free}LL * __n);",
+                      f"auto __rhs = [&](int64_t __k) {{ "
+                      f"return {converted(f'__col[__k * {x_k}LL]', x.element, compute)}; }};",
+                      f"__pc[__n] = {stored(cdot, compute, dtypes.of(op.result.type))};")
+    b.emit.map("dot_complex", (), code.text(), {"__a": Whole(a.array), "__b": Whole(x.array)},
+               {"__c": Whole(target)})
+
+
+@contextlib.contextmanager
+def _rows_loop(code: Writer, batch: Sequence[int], rows: int, m: int, work: int):
+    """The loop over the result's rows (batch x M) of a product's loop nest, parallel when
+    ``work`` multiply-adds pay for it, with the row's batch indices ``__b0, ...`` and its
+    index ``__m`` within the batch element."""
+    if work > PARALLEL_PRODUCT_WORK:
+        code.line("#pragma omp parallel for schedule(static)")
+    with code.loops(Loop("__r", "0", f"{rows}LL"), scalar=True):
+        code.line(f"int64_t __t = __r / {m}LL;")
+        for j, size in reversed(list(enumerate(batch))):
+            code.line(f"const int64_t __b{j} = __t % {size}LL; __t /= {size}LL;")
+        code.line(f"const int64_t __m = __r % {m}LL;")
+        yield
 
 
 # --------------------------------------------------------------------- loop nest
@@ -643,52 +647,38 @@ def _loop_product(b: Builder, op: ir.Op, product: _Product, compute: ElementType
     result = dtypes.of(op.result.type)
     batch = [product.shapes[0][pair[0]] for pair in product.batch]
     rows = math.prod(batch) * m
-    indices = [f"__b{j}" for j in range(len(batch))]
-    lines = ["#pragma omp parallel for schedule(static)"] if rows * n * k > PARALLEL_WORK else []
-    lines += [f"for (int64_t __r = 0; __r < {rows}LL; ++__r) {{",
-              "h2d::scalar_loop();",
-              f"int64_t __t = __r / {m}LL;"]
-    for index, size in reversed(list(zip(indices, batch))):
-        lines.append(f"const int64_t {index} = __t % {size}LL; __t /= {size}LL;")
-    pa, px, pc = product.offsets((a, x), indices)
     zero = literal(compute.numpy.type(0), compute)
     load_a = converted(f"__pa[__k * {a_k}LL]", a.element, compute)
-    lines += [f"const int64_t __m = __r % {m}LL;",
-              f"const auto* __pa = __a + ({pa} + {a_free}LL * __m);",
-              f"const auto* __pb = __b + ({px});",
-              f"auto* __pc = __c + ({pc} + {n}LL * __m);"]
-    if x_free == 1 and n > 1:  # blocks of a result row in registers; rows of B streamed
-        width = 4 if compute.is_stored_as_bits else compute.numpy.itemsize
-        block = max(1, REGISTER_BLOCK_BYTES // width)
-        step = (f"__acc[__j] = h2d::add(__acc[__j], h2d::mul(__x, "
-                f"{converted('__row[__j]', x.element, compute)}));")
-        lines += [
-            f"for (int64_t __n0 = 0; __n0 < {n}LL; __n0 += {block}) {{",
-            "h2d::scalar_loop();",
-            f"const int64_t __nb = std::min<int64_t>({block}, {n}LL - __n0);",
-            f"{compute.compute} __acc[{block}];",
-            f"for (int __j = 0; __j < {block}; ++__j) __acc[__j] = {zero};",
-            f"for (int64_t __k = 0; __k < {k}LL; ++__k) {{",
-            "h2d::scalar_loop();",
-            f"const {compute.compute} __x = {load_a};",
-            f"const auto* __row = __pb + (__k * {x_k}LL + __n0);",
-            f"if (__nb == {block}) {{ for (int __j = 0; __j < {block}; ++__j) {step} }}",
-            f"else {{ for (int64_t __j = 0; __j < __nb; ++__j) {step} }}",
-            "}",
-            "for (int64_t __j = 0; __j < __nb; ++__j) "
-            f"__pc[__n0 + __j] = {stored('__acc[__j]', compute, result)};",
-            "}"]
-    else:  # one register sum per element, K innermost
-        load_x = converted(f"__col[__k * {x_k}LL]", x.element, compute)
-        lines += [
-            f"for (int64_t __n = 0; __n < {n}LL; ++__n) {{",
-            "h2d::scalar_loop();",
-            f"const auto* __col = __pb + __n * {x_free}LL;",
-            f"{compute.compute} __acc = {zero};",
-            f"for (int64_t __k = 0; __k < {k}LL; ++__k) "
-            f"__acc = h2d::add(__acc, h2d::mul({load_a}, {load_x}));",
-            f"__pc[__n] = {stored('__acc', compute, result)};",
-            "}"]
-    lines.append("}")
-    b.pointer_map("dot_loops", (), {"__a": a.array, "__b": x.array}, {"__c": target},
-                  "\n".join(lines))
+    code = Writer()
+    with _rows_loop(code, batch, rows, m, rows * n * k):
+        pa, px, pc = product.offsets((a, x), [f"__b{j}" for j in range(len(batch))])
+        code.line(f"const auto* __pa = __a + ({pa} + {a_free}LL * __m);",
+                  f"const auto* __pb = __b + ({px});",
+                  f"auto* __pc = __c + ({pc} + {n}LL * __m);")
+        if x_free == 1 and n > 1:  # blocks of a result row in registers; rows of B streamed
+            width = 4 if compute.is_stored_as_bits else compute.numpy.itemsize
+            block = max(1, REGISTER_BLOCK_BYTES // width)
+            step = (f"__acc[__j] = h2d::add(__acc[__j], h2d::mul(__x, "
+                    f"{converted('__row[__j]', x.element, compute)}));")
+            with code.loops(Loop("__n0", "0", f"{n}LL", block), scalar=True):
+                code.line(f"const int64_t __nb = std::min<int64_t>({block}, {n}LL - __n0);",
+                          f"{compute.compute} __acc[{block}];",
+                          f"for (int __j = 0; __j < {block}; ++__j) __acc[__j] = {zero};")
+                with code.loops(Loop("__k", "0", f"{k}LL"), scalar=True):
+                    code.line(f"const {compute.compute} __x = {load_a};",
+                              f"const auto* __row = __pb + (__k * {x_k}LL + __n0);",
+                              f"if (__nb == {block}) {{ for (int __j = 0; __j < {block}; "
+                              f"++__j) {step} }}",
+                              f"else {{ for (int64_t __j = 0; __j < __nb; ++__j) {step} }}")
+                code.line("for (int64_t __j = 0; __j < __nb; ++__j) "
+                          f"__pc[__n0 + __j] = {stored('__acc[__j]', compute, result)};")
+        else:  # one register sum per element, K innermost
+            load_x = converted(f"__col[__k * {x_k}LL]", x.element, compute)
+            with code.loops(Loop("__n", "0", f"{n}LL"), scalar=True):
+                code.line(f"const auto* __col = __pb + __n * {x_free}LL;",
+                          f"{compute.compute} __acc = {zero};",
+                          f"for (int64_t __k = 0; __k < {k}LL; ++__k) "
+                          f"__acc = h2d::add(__acc, h2d::mul({load_a}, {load_x}));",
+                          f"__pc[__n] = {stored('__acc', compute, result)};")
+    b.emit.map("dot_loops", (), code.text(), {"__a": Whole(a.array), "__b": Whole(x.array)},
+               {"__c": Whole(target)})

@@ -23,15 +23,17 @@ bodies (argmax, arbitrary regions) keep the sequential order, which is always co
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 
-import ml_dtypes
 import numpy as np
 
 from .. import ir, symbolic
-from . import dtypes
-from .builder import PARALLEL_WORK, Array, Builder, Literal, cpp_size, flat_index, map_params
-from .fusion import scalar_region
+from . import dtypes, registry
+from .bindings import Array, Binding, Literal, cpp_size, flat_index, map_params
+from .builder import Builder
+from .cpp import Loop, Writer
+from .emitter import PARALLEL_MAP_WORK, Element, Value, Whole
 from .literals import literal
 from .registry import register
 
@@ -56,8 +58,6 @@ ROW_ITERATIONS = 64
 MIN_ROW_BLOCK = 64
 
 
-#: a C++ loop: its variable, first value and end (C++ expressions)
-Loop = tuple[str, str, str]
 #: elements of a reduction's innermost loop read (or computed) at a time, before folding
 BLOCK = 256
 #: accumulators a reduction with an exact identity folds a block into (two AVX-512 vectors
@@ -70,7 +70,7 @@ MIN_LANES_LOOP = 64
 
 #: what a tasklet's loops read: arrays by connector, statements computing elements at the
 #: loops' indices, and each operand's element there (C++ in its compute type)
-Reads = tuple[dict[str, Array], list[str], list[str]]
+Reads = tuple[dict[str, Whole], list[str], list[str]]
 
 
 def _array_reads(arrays: Sequence[Array], indices: Sequence[str],
@@ -81,7 +81,7 @@ def _array_reads(arrays: Sequence[Array], indices: Sequence[str],
     if not arrays[0].type.size:
         return {}, [], []
     flat = flat_index(arrays[0].type.shape if shape is None else shape, indices)
-    return ({f"__in{k}": a for k, a in enumerate(arrays)}, [],
+    return ({f"__in{k}": Whole(a) for k, a in enumerate(arrays)}, [],
             [dtypes.of(a.type).load(f"__in{k}[{flat}]") for k, a in enumerate(arrays)])
 
 
@@ -93,11 +93,6 @@ def _operand_reads(b: Builder, op: ir.Op, values: Sequence[ir.Value],
     if not values[0].type.size:
         return {}, [], []
     return b.pointer_reads(values, indices, op)
-
-
-def _for(loop: Loop) -> str:
-    variable, first, end = loop
-    return f"for (int64_t {variable} = {first}; {variable} < {end}; ++{variable})"
 
 
 def _accumulate(b: Builder, op: ir.Op, label: str, reads: Reads, loops: Sequence[Loop],
@@ -119,76 +114,83 @@ def _accumulate(b: Builder, op: ir.Op, label: str, reads: Reads, loops: Sequence
     order of a reduction to the implementation, and XLA reorders sums as well); the lanes
     are folded into the init value at the end. Other bodies (argmax) fold in order."""
     arrays, computed, expressions = reads
-    elements, results, scalars, body = _fold(b, op, targets, starts, read_types)
-    lines = [f"{element.compute} __acc{k} = {element.load(f'__init{k}')};"
-             for k, element in enumerate(results)]
+    elements, results, inputs, body = _fold(b, op, targets, starts, read_types)
+    code = Writer()
+    code.lines(f"{element.compute} __acc{k} = {element.load(f'__init{k}')};"
+               for k, element in enumerate(results))
     inner = ["h2d::scalar_loop();"] + ([f"if (!({guard})) continue;"] if guard else [])
     identity = _identity(op) if lanes and len(targets) == 1 else None
     if expressions and loops and not guard and (computed or identity is not None):
-        variable, first, end = loops[-1]
-        lines += [f"{e.compute} __block{k}[{BLOCK}];" for k, e in enumerate(elements)]
-        fill = [f"const int64_t __last = std::min<int64_t>(__from + {BLOCK}, {end});",
-                f"{_for((variable, '__from', '__last'))} {{", *computed,
-                *(f"__block{k}[{variable} - __from] = {x};" for k, x in enumerate(expressions)),
-                "}", "const int64_t __count = __last - __from;"]
-        take = [f"const {e.compute} __x{k} = __block{k}[__t];" for k, e in enumerate(elements)]
-        if identity is None:
-            fold = ["for (int64_t __t = 0; __t < __count; ++__t) {", *inner, *take, *body,
-                    "}"]
-        else:
-            (result,) = results
-            zero = literal(identity, result)
-            lines.append(f"{result.compute} __lanes[{LANES}];\n"
-                         f"for (int __l = 0; __l < {LANES}; ++__l) __lanes[__l] = {zero};")
-            def lane(at: str) -> list[str]:
-                return [f"{result.compute} __acc0 = __lanes[__l];",
-                        f"const {elements[0].compute} __x0 = __block0[{at}];", *body,
-                        "__lanes[__l] = __acc0;"]
-
-            fold = ["h2d::scalar_loop();", "int64_t __t = 0;",
-                    f"for (; __t + {LANES} <= __count; __t += {LANES}) "
-                    f"for (int __l = 0; __l < {LANES}; ++__l) {{", *lane("__t + __l"), "}",
-                    "for (int __l = 0; __t < __count; ++__t, ++__l) {", *lane("__t"), "}"]
-        header = f"for (int64_t __from = {first}; __from < {end}; __from += {BLOCK})"
-        lines.append(" ".join(map(_for, loops[:-1])) + f" {header} {{\n    "
-                     + "\n    ".join(fill + fold) + "\n}")
+        innermost = loops[-1]
+        code.lines(f"{e.compute} __block{k}[{BLOCK}];" for k, e in enumerate(elements))
         if identity is not None:
-            lines.append(f"for (int __l = 0; __l < {LANES}; ++__l) {{\n"
-                         f"const {results[0].compute} __x0 = __lanes[__l];\n"
-                         + "\n".join(body) + "\n}")
+            (result,) = results
+            code.line(f"{result.compute} __lanes[{LANES}];",
+                      f"for (int __l = 0; __l < {LANES}; ++__l) __lanes[__l] = "
+                      f"{literal(identity, result)};")
+        blocks = Loop("__from", innermost.first, innermost.end, BLOCK)
+        with code.loops(*loops[:-1], blocks):
+            code.line(f"const int64_t __last = std::min<int64_t>(__from + {BLOCK}, "
+                      f"{innermost.end});")
+            with code.loops(Loop(innermost.variable, "__from", "__last")):
+                code.lines(computed)
+                code.lines(f"__block{k}[{innermost.variable} - __from] = {x};"
+                           for k, x in enumerate(expressions))
+            code.line("const int64_t __count = __last - __from;")
+            if identity is None:
+                with code.loops(Loop("__t", "0", "__count")):
+                    code.lines(inner)
+                    code.lines(f"const {e.compute} __x{k} = __block{k}[__t];"
+                               for k, e in enumerate(elements))
+                    code.lines(body)
+            else:
+                code.line("h2d::scalar_loop();", "int64_t __t = 0;")
+                for header, at in ((f"for (; __t + {LANES} <= __count; __t += {LANES}) "
+                                    f"for (int __l = 0; __l < {LANES}; ++__l)", "__t + __l"),
+                                   ("for (int __l = 0; __t < __count; ++__t, ++__l)", "__t")):
+                    with code.block(header):
+                        code.line(f"{result.compute} __acc0 = __lanes[__l];",
+                                  f"const {elements[0].compute} __x0 = __block0[{at}];")
+                        code.lines(body)
+                        code.line("__lanes[__l] = __acc0;")
+        if identity is not None:
+            with code.block(f"for (int __l = 0; __l < {LANES}; ++__l)"):
+                code.line(f"const {results[0].compute} __x0 = __lanes[__l];")
+                code.lines(body)
     elif expressions:
-        inner += computed + [f"const {e.compute} __x{k} = {x};"
-                             for k, (e, x) in enumerate(zip(elements, expressions))]
-        lines.append(" ".join(map(_for, loops)) + " {\n    " + "\n    ".join(inner + body)
-                     + "\n}")
-    lines += [f"__out{k} = {element.store(f'__acc{k}')};" for k, element in enumerate(results)]
-    b.indexed_map(label, list(targets), arrays, scalars, "\n".join(lines), work_per_element)
+        with code.loops(*loops):
+            code.lines(inner)
+            code.lines(computed)
+            code.lines(f"const {e.compute} __x{k} = {x};"
+                       for k, (e, x) in enumerate(zip(elements, expressions)))
+            code.lines(body)
+    code.lines(f"__out{k} = {element.store(f'__acc{k}')};" for k, element in enumerate(results))
+    b.emit.map(label, targets[0].type.shape, code.text(), {**arrays, **inputs},
+               {f"__out{k}": Element(t) for k, t in enumerate(targets)}, work_per_element)
 
 
 def _fold(b: Builder, op: ir.Op, targets: Sequence[Array], starts: Sequence[Array | Literal],
           read_types: Sequence[ir.TensorType] | None = None
           ) -> tuple[list, list, dict, list[str]]:
     """The element types of what is folded (``op``'s reduced operands unless
-    ``read_types``) and of ``targets``, the init values as tasklet scalars ``__init0,
-    ...``, and the statements that fold the elements ``__x0, ...`` into the accumulators
-    ``__acc0, ...`` with the reducer body."""
+    ``read_types``) and of ``targets``, the init values as inputs ``__init0, ...``, and
+    the statements that fold the elements ``__x0, ...`` into the accumulators ``__acc0,
+    ...`` with the reducer body."""
     elements = [dtypes.of(t, op.name, op.location) for t in
                 read_types or [v.type for v in op.operands[:len(op.operands) // 2]]]
     results = [dtypes.of(t.type, op.name, op.location) for t in targets]
-    scalars = {f"__init{k}": start for k, start in enumerate(starts)}
+    inputs = {f"__init{k}": Value(start) for k, start in enumerate(starts)}
     n = len(targets)
-    saved = b.current_op
-    body, returned = scalar_region(
-        b, op.regions[0].entry,
-        [f"__acc{k}" for k in range(n)] + [f"__x{k}" for k in range(n)], "__v")
-    b.current_op = saved
+    body, returned = b.scalar_region(
+        op.regions[0].entry, [f"__acc{k}" for k in range(n)] + [f"__x{k}" for k in range(n)],
+        "__v")
     body = body + [f"__acc{k} = {expression};" for k, expression in enumerate(returned)]
-    return elements, results, scalars, body
+    return elements, results, inputs, body
 
 
 def _emit(b: Builder, op: ir.Op, loops: Sequence[Loop], guard: str,
           indices: Sequence[str], work_per_element: int, fuse: bool = False,
-          lanes: bool = False) -> None:
+          lanes: bool = False) -> list[Binding]:
     """Accumulate straight into the results, from the init values; with ``fuse``, the
     operands' elementwise expressions are computed in the loops (``_operand_reads``)."""
     n = len(op.operands) // 2
@@ -198,12 +200,11 @@ def _emit(b: Builder, op: ir.Op, loops: Sequence[Loop], guard: str,
     else:
         reads = _array_reads([b.array(v) if v.type.size else Array("", v.type)
                               for v in inputs], indices)
-    starts = [b.scalar_operand(init) for init in inits]
-    targets = [b.result_array(v) for v in op.results]
+    starts = [b.value(init) for init in inits]
+    targets = [b.allocate_result(v) for v in op.results]
     _accumulate(b, op, op.name.rsplit(".", 1)[-1], reads, loops, guard, starts, targets,
                 work_per_element, lanes)
-    for value, target in zip(op.results, targets):
-        b.bind(value, target)
+    return targets
 
 
 def _reducer(op: ir.Op) -> ir.Op | None:
@@ -220,37 +221,16 @@ def _reducer(op: ir.Op) -> ir.Op | None:
 
 def _identity(op: ir.Op) -> object | None:
     """The identity of the reducer body if it is one associative, commutative op of its two
-    arguments whose identity is exact (None otherwise)."""
+    arguments whose identity is exact (its record's ``identity``; None otherwise)."""
     reducer = _reducer(op)
     if reducer is None:
         return None
-    element = dtypes.of(op.results[0].type)
-    dtype = element.numpy
-    if element.is_bool:
-        table = {"stablehlo.add": False, "stablehlo.or": False, "stablehlo.xor": False,
-                 "stablehlo.maximum": False, "stablehlo.multiply": True,
-                 "stablehlo.and": True, "stablehlo.minimum": True}
-    elif element.is_integer:
-        info = ml_dtypes.iinfo(dtype)
-        table = {"stablehlo.add": 0, "stablehlo.or": 0, "stablehlo.xor": 0,
-                 "stablehlo.multiply": 1, "stablehlo.and": -1,  # all bits set
-                 "stablehlo.maximum": info.min, "stablehlo.minimum": info.max}
-    elif element.is_complex:  # (1+0i)(a+bi) is not exact for infinite a or b
-        table = {"stablehlo.add": complex(-0.0, -0.0)}
-    else:
-        table = {"stablehlo.add": -0.0, "stablehlo.multiply": 1.0,
-                 "stablehlo.maximum": -np.inf, "stablehlo.minimum": np.inf}
-    value = table.get(reducer.name)
-    if value is None:
-        return None
-    identity = np.array(value).astype(dtype)[()]
-    if element.is_float and float(identity) != value:
-        return None  # not in the type (no infinity in f8E4M3FN, no zero in f8E8M0FNU)
-    return identity
+    identity = registry.record(reducer.name).identity
+    return None if identity is None else identity(dtypes.of(op.results[0].type))
 
 
 @register("stablehlo.reduce")
-def reduce(b: Builder, op: ir.Op) -> None:
+def reduce(b: Builder, op: ir.Op) -> list[Binding]:
     dimensions = tuple(int(d) for d in op.attr("dimensions"))
     shape = op.operands[0].type.shape
     reduced = np.prod([shape[d] for d in dimensions], dtype=object)
@@ -258,20 +238,19 @@ def reduce(b: Builder, op: ir.Op) -> None:
     identity = _identity(op) if len(op.operands) == 2 else None
     if (identity is not None and not symbolic.is_symbolic(op.operands[0].type)
             and outputs < FEW_OUTPUTS and reduced >= 2 * MIN_CHUNK
-            and outputs * reduced >= PARALLEL_WORK):
-        _reduce_in_chunks(b, op, dimensions, identity)
-        return
+            and outputs * reduced >= PARALLEL_MAP_WORK):
+        return _reduce_in_chunks(b, op, dimensions, identity)
     if (dimensions and not symbolic.is_symbolic(op.operands[0].type) and outputs
             and op.operands[0].type.size and _row(shape, dimensions) >= MIN_ROW):
-        _reduce_by_rows(b, op, dimensions)
-        return
+        return _reduce_by_rows(b, op, dimensions)
     kept = iter(map_params(len(shape) - len(dimensions)))
     indices = [f"__r{dimensions.index(d)}" if d in dimensions else next(kept)
                for d in range(len(shape))]
-    loops = [(f"__r{j}", "0", cpp_size(shape[d])) for j, d in enumerate(dimensions)]
+    loops = [Loop(f"__r{j}", "0", cpp_size(shape[d])) for j, d in enumerate(dimensions)]
     innermost = shape[dimensions[-1]] if dimensions else 0
-    _emit(b, op, loops, "", indices, reduced, fuse=True,
-          lanes=isinstance(innermost, (int, np.integer)) and innermost >= MIN_LANES_LOOP)
+    return _emit(b, op, loops, "", indices, reduced, fuse=True,
+                 lanes=isinstance(innermost, (int, np.integer))
+                 and innermost >= MIN_LANES_LOOP)
 
 
 def _row(shape: Sequence[int], dimensions: Sequence[int]) -> int:
@@ -279,7 +258,7 @@ def _row(shape: Sequence[int], dimensions: Sequence[int]) -> int:
     return int(np.prod(shape[max(dimensions) + 1:], dtype=np.int64))
 
 
-def _reduce_by_rows(b: Builder, op: ir.Op, dimensions: Sequence[int]) -> None:
+def _reduce_by_rows(b: Builder, op: ir.Op, dimensions: Sequence[int]) -> list[Binding]:
     """A reduction whose kept dimensions after the last reduced one (a row, contiguous in
     operand and result) are long enough, folded a block of the row at a time: one map
     iteration per block keeps its accumulators in a local array, the reduced dimensions
@@ -299,8 +278,8 @@ def _reduce_by_rows(b: Builder, op: ir.Op, dimensions: Sequence[int]) -> None:
     while (block > MIN_ROW_BLOCK and int(np.prod(outer, dtype=np.int64)) * -(-row // block)
            < ROW_ITERATIONS):
         block = max(MIN_ROW_BLOCK, block // 2)
-    space = ir.TensorType((*outer, -(-row // block)), op.results[0].type.element)
-    params = map_params(space.rank)
+    space = (*outer, -(-row // block))
+    params = map_params(len(space))
     kept = iter(params)
     indices = [f"__r{dimensions.index(d)}" if d in dimensions else next(kept)
                for d in range(last + 1)]
@@ -311,37 +290,36 @@ def _reduce_by_rows(b: Builder, op: ir.Op, dimensions: Sequence[int]) -> None:
         arrays, computed, expressions = _array_reads(
             [b.array(v) for v in inputs], [*indices, "__first + __t"],
             [*shape[:last + 1], row])
-    targets = [b.result_array(v) for v in op.results]
+    targets = [b.allocate_result(v) for v in op.results]
     elements, results, scalars, body = _fold(
-        b, op, targets, [b.scalar_operand(init) for init in inits])
-    start = f"(int64_t){params[-1]} * {block}"
-    lines = [f"const int64_t __first = {start}, __count = std::min<int64_t>({block}, "
-             f"{row} - __first);"]
-    lines += [f"{e.compute} __row{k}[{block}];\n"
-              f"for (int64_t __t = 0; __t < __count; ++__t) "
-              f"__row{k}[__t] = {e.load(f'__init{k}')};" for k, e in enumerate(results)]
-    loops = [_for((f"__r{j}", "0", str(shape[d]))) + " {" for j, d in enumerate(dimensions)]
-    inner = ["for (int64_t __t = 0; __t < __count; ++__t) {",
-             *(f"{e.compute} __acc{k} = __row{k}[__t];" for k, e in enumerate(results)),
-             *computed,
-             *(f"const {e.compute} __x{k} = {x};"
-               for k, (e, x) in enumerate(zip(elements, expressions))),
-             *body,
-             *(f"__row{k}[__t] = __acc{k};" for k in range(n)),
-             "}"]
-    lines += [*loops, "h2d::scalar_loop();", *inner, "}" * len(loops)]
+        b, op, targets, [b.value(init) for init in inits])
+    code = Writer()
+    code.line(f"const int64_t __first = (int64_t){params[-1]} * {block}, "
+              f"__count = std::min<int64_t>({block}, {row} - __first);")
+    for k, e in enumerate(results):
+        code.line(f"{e.compute} __row{k}[{block}];",
+                  f"for (int64_t __t = 0; __t < __count; ++__t) "
+                  f"__row{k}[__t] = {e.load(f'__init{k}')};")
+    with code.loops(*(Loop(f"__r{j}", "0", str(shape[d])) for j, d in enumerate(dimensions)),
+                    scalar=True), code.loops(Loop("__t", "0", "__count")):
+        code.lines(f"{e.compute} __acc{k} = __row{k}[__t];" for k, e in enumerate(results))
+        code.lines(computed)
+        code.lines(f"const {e.compute} __x{k} = {x};"
+                   for k, (e, x) in enumerate(zip(elements, expressions)))
+        code.lines(body)
+        code.lines(f"__row{k}[__t] = __acc{k};" for k in range(n))
     out = f"({flat_index(outer, params[:-1])}) * {row} + __first"
-    lines += [f"for (int64_t __t = 0; __t < __count; ++__t) "
-              f"__dst{k}[{out} + __t] = {e.store(f'__row{k}[__t]')};"
-              for k, e in enumerate(results)]
+    code.lines(f"for (int64_t __t = 0; __t < __count; ++__t) "
+               f"__dst{k}[{out} + __t] = {e.store(f'__row{k}[__t]')};"
+               for k, e in enumerate(results))
     reduced = int(np.prod([shape[d] for d in dimensions], dtype=np.int64))
-    b.indexed_map_into("reduce_rows", space, targets, arrays, scalars, "\n".join(lines),
-                       reduced * block)
-    for value, target in zip(op.results, targets):
-        b.bind(value, target)
+    b.emit.map("reduce_rows", space, code.text(), {**arrays, **scalars},
+               {f"__dst{k}": Whole(t) for k, t in enumerate(targets)}, reduced * block)
+    return targets
 
 
-def _reduce_in_chunks(b: Builder, op: ir.Op, dimensions: Sequence[int], identity) -> None:
+def _reduce_in_chunks(b: Builder, op: ir.Op, dimensions: Sequence[int], identity
+                      ) -> list[Binding]:
     """Partial results per chunk of the largest reduced dimension (a parallel map), then
     the init value folded with the partials in chunk order."""
     operand, init = op.operands
@@ -352,7 +330,7 @@ def _reduce_in_chunks(b: Builder, op: ir.Op, dimensions: Sequence[int], identity
     out_type = op.result.type
     kept_rank = out_type.rank
     partial_type = ir.TensorType((*out_type.shape, chunks), out_type.element)
-    partials = b.add_array("partials", partial_type)
+    partials = b.emit.add_array("partials", partial_type)
     kept = iter(map_params(kept_rank))
     chunk = f"__i{kept_rank}"
     indices, loops = [], []
@@ -363,24 +341,23 @@ def _reduce_in_chunks(b: Builder, op: ir.Op, dimensions: Sequence[int], identity
         j = dimensions.index(d)
         indices.append(f"__r{j}")
         if d == split:
-            low = f"(int64_t){chunk} * {shape[d]} / {chunks}"
-            high = f"((int64_t){chunk} + 1) * {shape[d]} / {chunks}"
-            loops.append((f"__r{j}", low, high))
+            loops.append(Loop(f"__r{j}", f"(int64_t){chunk} * {shape[d]} / {chunks}",
+                              f"((int64_t){chunk} + 1) * {shape[d]} / {chunks}"))
         else:
-            loops.append((f"__r{j}", "0", str(shape[d])))
+            loops.append(Loop(f"__r{j}", "0", str(shape[d])))
     start = Literal(identity, ir.TensorType((), out_type.element))
     _accumulate(b, op, "reduce_chunks", _operand_reads(b, op, [operand], indices), loops,
                 "", [start], [partials], reduced // chunks, lanes=True)
-    target = b.result_array(op.result)
+    target = b.allocate_result(op.result)
     parts = [*map_params(kept_rank), "__c"]
     _accumulate(b, op, "reduce_partials", _array_reads([partials], parts),
-                [("__c", "0", str(chunks))], "",
-                [b.scalar_operand(init)], [target], chunks, read_types=[partial_type])
-    b.bind(op.result, target)
+                [Loop("__c", "0", str(chunks))], "",
+                [b.value(init)], [target], chunks, read_types=[partial_type])
+    return [target]
 
 
 @register("stablehlo.reduce_window")
-def reduce_window(b: Builder, op: ir.Op) -> None:
+def reduce_window(b: Builder, op: ir.Op) -> list[Binding]:
     """The window at output position ``o`` covers positions ``o * stride + w * window
     dilation`` of the input padded by ``padding`` and dilated by ``base_dilations``; as
     XLA does, padding and dilation holes contribute nothing (the init value stays)."""
@@ -407,20 +384,20 @@ def reduce_window(b: Builder, op: ir.Op) -> None:
         reverse = high[d] in (n - 1, n) and low[d] == 0
         if (n > SCAN_BLOCK and window[d] == n and strides[d] == base[d] == dilations[d] == 1
                 and (forward or reverse)):
-            _scan(b, op, d, forward, exclusive=max(low[d], high[d]) == n)
-            return
+            return _scan(b, op, d, forward, exclusive=max(low[d], high[d]) == n)
     loops, guards, indices = [], [], []
     for d in range(rank):
-        loops.append((f"__w{d}", "0", str(window[d])))
+        loops.append(Loop(f"__w{d}", "0", str(window[d])))
         position = f"((int64_t)__i{d} * {strides[d]} + __w{d} * {dilations[d]} - {low[d]})"
         guards.append(f"{position} >= 0 && {position} % {base[d]} == 0 && "
                       f"{position} / {base[d]} < {shape[d]}")
         indices.append(f"{position} / {base[d]}")
-    _emit(b, op, loops, " && ".join(f"({g})" for g in guards), indices,
-          int(np.prod(window, dtype=np.int64)))
+    return _emit(b, op, loops, " && ".join(f"({g})" for g in guards), indices,
+                 int(np.prod(window, dtype=np.int64)))
 
 
-def _scan(b: Builder, op: ir.Op, dimension: int, forward: bool, exclusive: bool) -> None:
+def _scan(b: Builder, op: ir.Op, dimension: int, forward: bool, exclusive: bool
+          ) -> list[Binding]:
     """A scan longer than ``SCAN_BLOCK`` (cumsum, cumprod, cummax...) in XLA's order
     (``h2d::xla_scan``: blocks of 16, then their totals), one map iteration per row along
     ``dimension``. An exclusive scan (padding of the whole length) has the init value
@@ -432,33 +409,34 @@ def _scan(b: Builder, op: ir.Op, dimension: int, forward: bool, exclusive: bool)
     rows = [size for d, size in enumerate(shape) if d != dimension]
     params = iter(map_params(len(rows)))
     at = [next(params) if d != dimension else "__k" for d in range(len(shape))]
-    saved = b.current_op
-    body, (returned,) = scalar_region(b, op.regions[0].entry, ["__a", "__x"], "__v")
-    b.current_op = saved
+    body, (returned,) = b.scalar_region(op.regions[0].entry, ["__a", "__x"], "__v")
     value = element.compute
     if exclusive:
         position = "__k == 0" if forward else f"__k == {n}"
         take = f"({position} ? __init : __out[__k - {int(forward)}])"
     else:
         take = "__out[__k]"
-    lines = [f"const {value} __init = {element.load('__init0')};",
-             f"std::vector<{value}> __row({n}), __out;",
-             f"for (int64_t __k = 0; __k < {n}; ++__k) "
-             f"__row[__k] = {element.load(f'__in0[{flat_index(shape, at)}]')};",
-             f"auto __body = [&](const {value} __a, const {value} __x) {{",
-             *body, f"return {returned};", "};",
-             f"h2d::xla_scan(__row, __init, __body, {'true' if forward else 'false'}, __out);",
-             f"for (int64_t __k = 0; __k < {result_shape[dimension]}; ++__k) "
-             f"__dst[{flat_index(result_shape, at)}] = {element.store(take)};"]
-    target = b.result_array(op.result)
-    b.indexed_map_into("scan", ir.TensorType(tuple(rows), op.result.type.element), target,
-                       {"__in0": b.array(operand)}, {"__init0": b.scalar_operand(init)},
-                       "\n".join(lines), 2 * n)
-    b.bind(op.result, target)
+    code = Writer()
+    code.line(f"const {value} __init = {element.load('__init0')};",
+              f"std::vector<{value}> __row({n}), __out;")
+    with code.loops(Loop("__k", "0", str(n))):
+        code.line(f"__row[__k] = {element.load(f'__in0[{flat_index(shape, at)}]')};")
+    with code.block(f"auto __body = [&](const {value} __a, const {value} __x)", end="};"):
+        code.lines(body)
+        code.line(f"return {returned};")
+    code.line(f"h2d::xla_scan(__row, __init, __body, {'true' if forward else 'false'}, "
+              "__out);")
+    with code.loops(Loop("__k", "0", str(result_shape[dimension]))):
+        code.line(f"__dst[{flat_index(result_shape, at)}] = {element.store(take)};")
+    target = b.allocate_result(op.result)
+    b.emit.map("scan", rows, code.text(),
+               {"__in0": Whole(b.array(operand)), "__init0": Value(b.value(init))},
+               {"__dst": Whole(target)}, 2 * n)
+    return [target]
 
 
 @register("stablehlo.select_and_scatter")
-def select_and_scatter(b: Builder, op: ir.Op) -> None:
+def select_and_scatter(b: Builder, op: ir.Op) -> list[Binding]:
     """The gradient of max pooling. Each window of the padded operand selects one element
     (the first that ``select`` keeps against every later one, in row-major order; padding
     is never selected) and the source value of that window is combined into the result
@@ -474,41 +452,43 @@ def select_and_scatter(b: Builder, op: ir.Op) -> None:
     low = tuple(int(p) for p in padding.array[:, 0]) if padding is not None else (0,) * rank
     element = dtypes.of(operand.type, op.name, op.location)
     result = dtypes.of(op.result.type, op.name, op.location)
+    select_lines, (keep,) = b.scalar_region(op.regions[0].entry, ["__best", "__x"], "__sel")
+    scatter_lines, (combined,) = b.scalar_region(op.regions[1].entry, ["__acc", "__y"],
+                                                 "__sc")
 
-    saved = b.current_op
-    select_lines, (keep,) = scalar_region(b, op.regions[0].entry, ["__best", "__x"], "__sel")
-    scatter_lines, (combined,) = scalar_region(b, op.regions[1].entry, ["__acc", "__y"],
-                                               "__sc")
-    b.current_op = saved
-
-    scalars = {"__init": b.scalar_operand(init)}
-    arrays = {"__op": b.array(operand), "__src": b.array(source)}
     here = flat_index(shape, map_params(rank))
     position = [f"__wi{d} * {strides[d]} - {low[d]} + __w{d}" for d in range(rank)]
-    lines = [f"{result.compute} __acc = {result.load('__init')};"]
-    # windows that can contain this element, in row-major window order
-    lines += [f"for (int64_t __k{d} = {window[d] - 1}; __k{d} >= 0; --__k{d}) {{\n"
-              f"const int64_t __t{d} = (int64_t)__i{d} + {low[d]} - __k{d};\n"
-              f"if (__t{d} < 0 || __t{d} % {strides[d]} != 0 || "
-              f"__t{d} / {strides[d]} >= {windows[d]}) continue;\n"
-              f"const int64_t __wi{d} = __t{d} / {strides[d]};" for d in range(rank)]
-    lines.append(f"int64_t __chosen = -1; {element.compute} __best{{}};")
-    lines += [f"for (int64_t __w{d} = 0; __w{d} < {window[d]}; ++__w{d}) {{\n"
-              "h2d::scalar_loop();\n"
-              f"const int64_t __p{d} = {position[d]};\n"
-              f"if (__p{d} < 0 || __p{d} >= {shape[d]}) continue;" for d in range(rank)]
     candidate = flat_index(shape, [f"__p{d}" for d in range(rank)])
-    lines += [f"const {element.compute} __x = {element.load(f'__op[{candidate}]')};",
-              f"if (__chosen < 0) {{ __chosen = {candidate}; __best = __x; continue; }}",
-              *select_lines,
-              f"if (!({keep})) {{ __chosen = {candidate}; __best = __x; }}"]
-    lines.append("}" * rank)
     window_index = flat_index(windows, [f"__wi{d}" for d in range(rank)])
-    lines += [f"if (__chosen == {here}) {{",
-              f"const {result.compute} __y = {result.load(f'__src[{window_index}]')};",
-              *scatter_lines, f"__acc = {combined};", "}"]
-    lines.append("}" * rank)
-    lines.append(f"__out0 = {result.store('__acc')};")
-    target = b.result_array(op.result)
-    b.indexed_map("select_and_scatter", [target], arrays, scalars, "\n".join(lines))
-    b.bind(op.result, target)
+    code = Writer()
+    code.line(f"{result.compute} __acc = {result.load('__init')};")
+    with contextlib.ExitStack() as windows_around:
+        # the windows that can contain this element, in row-major window order
+        for d in range(rank):
+            windows_around.enter_context(code.loops(Loop(f"__k{d}", str(window[d] - 1), "-1",
+                                                         -1)))
+            code.line(f"const int64_t __t{d} = (int64_t)__i{d} + {low[d]} - __k{d};",
+                      f"if (__t{d} < 0 || __t{d} % {strides[d]} != 0 || "
+                      f"__t{d} / {strides[d]} >= {windows[d]}) continue;",
+                      f"const int64_t __wi{d} = __t{d} / {strides[d]};")
+        code.line(f"int64_t __chosen = -1; {element.compute} __best{{}};")
+        with contextlib.ExitStack() as elements:
+            for d in range(rank):
+                elements.enter_context(code.loops(Loop(f"__w{d}", "0", str(window[d])),
+                                                  scalar=True))
+                code.line(f"const int64_t __p{d} = {position[d]};",
+                          f"if (__p{d} < 0 || __p{d} >= {shape[d]}) continue;")
+            code.line(f"const {element.compute} __x = {element.load(f'__op[{candidate}]')};",
+                      f"if (__chosen < 0) {{ __chosen = {candidate}; __best = __x; continue; }}")
+            code.lines(select_lines)
+            code.line(f"if (!({keep})) {{ __chosen = {candidate}; __best = __x; }}")
+        with code.block(f"if (__chosen == {here})"):
+            code.line(f"const {result.compute} __y = {result.load(f'__src[{window_index}]')};")
+            code.lines(scatter_lines)
+            code.line(f"__acc = {combined};")
+    code.line(f"__out0 = {result.store('__acc')};")
+    target = b.allocate_result(op.result)
+    b.emit.map("select_and_scatter", target.type.shape, code.text(),
+               {"__op": Whole(b.array(operand)), "__src": Whole(b.array(source)),
+                "__init": Value(b.value(init))}, {"__out0": Element(target)})
+    return [target]

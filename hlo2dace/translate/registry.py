@@ -16,7 +16,8 @@ A record holds:
   expressions of a module's size symbols (``symbolic.py``); an op with a shape rule keeps
   symbolic sizes (every elementwise op does);
 * ``known``: its result from known integer operands, with NumPy (``known.py``);
-* ``in_place``: which operand's array it may write which result into;
+* ``updates``: which of its results is an operand with some elements replaced, and so
+  may be computed in that operand's array;
 * ``expensive``: tens of simple ops (a transcendental function): a pending value it
   computes is written once rather than recomputed by each of its readers;
 * ``identity``: as the one op of a reducer body, its exact identity per element type, so
@@ -73,10 +74,9 @@ class OpRecord:
     #: ``known(op, operand)`` -> the result as a NumPy array, or None if the op's
     #: semantics are not NumPy's there; ``operand(k)`` gives the k-th operand's values
     known: Callable | None = None
-    #: ``in_place(op, module)`` -> {operand index: result index}: the result may be
-    #: written into the operand's array, each element after the op has read what it needs
-    #: of it (the operand read at the position it writes, or updated in a window)
-    in_place: Callable | None = None
+    #: ``updates(op)`` -> {operand index: result index}: the result is the operand with
+    #: some elements replaced, so it may be written into the operand's array
+    updates: Callable | None = None
     expensive: bool = False
     #: ``identity(element)`` -> the exact identity for the ``ElementType``, or None
     identity: Callable | None = None

@@ -27,7 +27,9 @@ from pathlib import Path
 
 from .. import ir
 from . import dtypes
-from .builder import Builder, flat_index, map_params
+from .bindings import Binding, flat_index, map_params
+from .builder import Builder
+from .emitter import Element, Value, Whole
 from .registry import register
 
 HELPERS_CPP = Path(__file__).with_name("h2d_rng.h").read_text()
@@ -41,7 +43,7 @@ WORK = 16
 
 
 @register("stablehlo.rng_bit_generator")
-def rng_bit_generator(b: Builder, op: ir.Op) -> None:
+def rng_bit_generator(b: Builder, op: ir.Op) -> list[Binding]:
     (state,), (new_state, output) = op.operands, op.results
     algorithm = ALGORITHMS.get(str(op.attr("rng_algorithm", "DEFAULT")))
     if algorithm is None:
@@ -53,10 +55,9 @@ def rng_bit_generator(b: Builder, op: ir.Op) -> None:
     element = dtypes.of(output.type, op.name, op.location)
     if element.is_complex or element.is_bool:
         raise b.unsupported(f"random bits of type {output.type}", ["integers", "floats"])
-    b.include_once(HELPERS_CPP)
+    b.emit.include_once(HELPERS_CPP)
     source = b.array(state)
-    values = b.result_array(output)
-    b.bind(output, values)
+    values = b.allocate_result(output)
     shape = tuple(output.type.shape)
     n = math.prod(shape)
     bits = element.storage_numpy.itemsize * 8
@@ -64,8 +65,7 @@ def rng_bit_generator(b: Builder, op: ir.Op) -> None:
         count = _threefry(b, values, shape, bits, element, source)
     else:
         count = _philox(b, values, n, bits, element, source)
-    target = b.result_array(new_state)
-    b.bind(new_state, target)
+    target = b.allocate_result(new_state)
     code = ["const uint64_t __key = __st[0];"]
     if state.type.shape[0] == 2:  # a 64-bit counter (PHILOX's high word is the key: kept)
         code.append(f"__out = __i0 == 0 ? __key : __st[1] + {count}ULL;")
@@ -73,7 +73,9 @@ def rng_bit_generator(b: Builder, op: ir.Op) -> None:
         code += [f"const uint64_t __low = __st[1] + {count}ULL;",
                  "__out = __i0 == 0 ? __key : __i0 == 1 ? __low : "
                  "__st[2] + (__low < __st[1] ? 1 : 0);"]
-    b.indexed_map("rng_state", target, {"__st": source}, {}, "\n".join(code))
+    b.emit.map("rng_state", target.type.shape, "\n".join(code), {"__st": Whole(source)},
+               {"__out": Element(target)})
+    return [target, values]
 
 
 def _cast(element: dtypes.ElementType, word: str) -> str:
@@ -90,10 +92,11 @@ def _threefry(b: Builder, values, shape: tuple[int, ...], bits: int, element: dt
     """Threefry's values; returns by how much the counter advances."""
     if bits == 64:
         index = flat_index(shape, map_params(len(shape)))
-        b.indexed_map("threefry", values, {"__st": source}, {}, "\n".join([
+        b.emit.map("threefry", shape, "\n".join([
             "uint32_t __x0, __x1;",
             f"h2d::rng::threefry2x32(__st[0], __st[1] + (uint64_t)({index}), __x0, __x1);",
-            f"__out = {_cast(element, '__x0 | ((uint64_t)__x1 << 32)')};"]), WORK)
+            f"__out = {_cast(element, '__x0 | ((uint64_t)__x1 << 32)')};"]),
+            {"__st": Whole(source)}, {"__out": Element(values)}, WORK)
         return math.prod(shape)
     dims = list(shape) or [1]
     split = next((d for d, n in enumerate(dims) if n % 2 == 0),
@@ -115,10 +118,8 @@ def _threefry(b: Builder, values, shape: tuple[int, ...], bits: int, element: dt
         second = f"if (2 * {params[split]} + 1 < {dims[split]}) {second}"
     if shape:
         code.append(second)
-    space = ir.TensorType(tuple(half), values.type.element)
-    if space.size:
-        b.indexed_map_into("threefry", space, values, {"__st": source}, {},
-                           "\n".join(code), WORK)
+    b.emit.map("threefry", tuple(half), "\n".join(code), {"__st": Whole(source)},
+               {"__dst": Whole(values)}, WORK)
     return math.prod(half)
 
 
@@ -141,10 +142,8 @@ def _philox(b: Builder, values, n: int, bits: int, element: dtypes.ElementType,
         store = f"__dst[{words} * __i0 + {j}] = {value};"
         code.append(store if j < n % words or n % words == 0 else
                     f"if ({words} * __i0 + {j} < {n}) {store}")
-    if blocks:
-        space = ir.TensorType((blocks,), values.type.element)
-        b.indexed_map_into("philox", space, values, {"__st": source}, {},
-                           "\n".join(code), WORK)
+    b.emit.map("philox", (blocks,), "\n".join(code), {"__st": Whole(source)},
+               {"__dst": Whole(values)}, WORK)
     return blocks
 
 
@@ -153,7 +152,7 @@ DISTRIBUTIONS = {"UNIFORM": "integers, bool and floats", "NORMAL": "floats"}
 
 
 @register("stablehlo.rng")
-def rng(b: Builder, op: ir.Op) -> None:
+def rng(b: Builder, op: ir.Op) -> list[Binding]:
     """UNIFORM: ``[a, b)`` (``a`` when the range is empty; a float that rounds to ``b``
     becomes ``a``); NORMAL: mean ``a``, standard
     deviation ``b``, by the Box-Muller transform, computed in double precision."""
@@ -166,11 +165,11 @@ def rng(b: Builder, op: ir.Op) -> None:
     if element.is_complex or (distribution == "NORMAL" and not element.is_float):
         raise b.unsupported(f"{distribution} numbers of type {result.type}",
                             [f"{d}: {kinds}" for d, kinds in DISTRIBUTIONS.items()])
-    b.include_once(HELPERS_CPP)
-    stream = b.add_array("rng_stream", ir.TensorType((1,), "ui64"))
-    b.indexed_map("rng_stream", stream, {}, {}, "__out = h2d::rng::next_stream();")
-    values = b.result_array(result)
-    b.bind(result, values)
+    b.emit.include_once(HELPERS_CPP)
+    stream = b.emit.add_array("rng_stream", ir.TensorType((1,), "ui64"))
+    b.emit.map("rng_stream", stream.type.shape, "__out = h2d::rng::next_stream();",
+               outputs={"__out": Element(stream)})
+    values = b.allocate_result(result)
     a, z = element.load("__a"), element.load("__b")
     if element.is_float and distribution == "UNIFORM":
         value = f"{a} + ({z} - {a}) * ((double)(__w[0] >> 11) * 0x1p-53)"
@@ -188,5 +187,7 @@ def rng(b: Builder, op: ir.Op) -> None:
     if element.is_float and distribution == "UNIFORM":  # rounding may reach the end
         code.append(f"if (!(__v < {z}) && {a} < {z}) __v = {a};")
     code.append(f"__out = {element.store('__v')};")
-    b.indexed_map("rng", values, {}, {"__a": b.scalar_operand(low), "__b": b.scalar_operand(high),
-                                      "__s": stream}, "\n".join(code), WORK)
+    b.emit.map("rng", values.type.shape, "\n".join(code),
+               {"__a": Value(b.value(low)), "__b": Value(b.value(high)), "__s": Value(stream)},
+               {"__out": Element(values)}, WORK)
+    return [values]

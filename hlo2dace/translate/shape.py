@@ -4,84 +4,103 @@ through memlets; the rest writes arrays with one map each."""
 
 from __future__ import annotations
 
-import dace
+import numpy as np
 
 from .. import ir
 from . import dtypes
-from .builder import (
+from .bindings import (
     Array,
     Axis,
-    Builder,
+    Binding,
     Literal,
     Pending,
     PendingView,
     Pieces,
+    Tuple,
     View,
     at_most,
     compose_axes,
     cpp_size,
     flat_index,
     map_params,
-    unresolved,
 )
+from .builder import Builder
+from .emitter import Element, Value, Whole
+from .known import result_dtype
 from .registry import register, register_elementwise
 
 
-def _view(b: Builder, operand: ir.Value, result: ir.Value, axes: list[Axis]) -> None:
-    """Bind ``result`` to ``operand`` re-indexed by ``axes`` (one per operand dimension),
-    composing with a view the operand already is. A pending elementwise value stays
-    pending (``PendingView``) unless it is to be written into an array anyway."""
+def _view(b: Builder, operand: ir.Value, result: ir.Value, axes: list[Axis]) -> list[Binding]:
+    """``operand`` re-indexed by ``axes`` (one per operand dimension), composed with a view
+    the operand already is. A pending elementwise value stays pending (``PendingView``)
+    unless it is to be written into an array anyway."""
     t = result.type
     pending = b.binding(operand)
     source = pending.source if isinstance(pending, PendingView) else pending
     # a broadcast of a pending value is written at its own (smaller) size once and read
     # through a View, rather than recomputed for every element it is broadcast to (unless
     # the level says otherwise)
-    recompute = b.recompute_broadcasts or at_most(t.size, source.type.size)
+    recompute = b.level.recompute_broadcasts or at_most(t.size, source.type.size)
     if isinstance(pending, PendingView) and recompute:
-        b.bind(result, PendingView(pending.source, compose_axes(pending.axes, axes), t))
-        return
-    if (b.recomputed_ops and isinstance(pending, Pending) and unresolved(pending)
+        return [PendingView(pending.source, compose_axes(pending.axes, axes), t)]
+    if (b.level.recomputed_ops and isinstance(pending, Pending) and pending.unresolved
             and not pending.cluster.closed and recompute
             and pending.value.name not in pending.scope.destinations):
-        b.bind(result, PendingView(pending, tuple(axes) if operand.type.rank else (), t))
-        return
-    source = b.operand(operand)
-    if isinstance(source, Literal):
-        b.bind(result, Literal(source.value, t))
-        return
+        return [PendingView(pending, tuple(axes) if operand.type.rank else (), t)]
+    source = b.readable(operand)
+    if source.is_literal:
+        return [Literal(source.value, t)]
     if isinstance(source, View):
-        b.bind(result, View(source.source, compose_axes(source.axes, axes), t))
-        return
+        return [View(source.source, compose_axes(source.axes, axes), t)]
     if source.type.rank == 0:  # a 0-d array broadcast or reshaped: always element 0
         axes = [Axis(None, 0, 0)]
-    b.bind(result, View(source, tuple(axes), t))
+    return [View(source, tuple(axes), t)]
 
 
-@register("stablehlo.constant")
-def constant(b: Builder, op: ir.Op) -> None:
+def _known_constant(op, operand):
+    return np.broadcast_to(op.attr("value").array, op.result.type.shape)
+
+
+@register("stablehlo.constant", known=_known_constant)
+def constant(b: Builder, op: ir.Op) -> list[Binding]:
     dense = op.attr("value")
     t = op.result.type
     if not isinstance(dense, ir.DenseElements):
         raise b.unsupported(f"constant value {dense!r}")
     dtypes.of(t, op.name, op.location)
     if t.size == 0:
-        b.bind(op.result, b.result_array(op.result))
-    elif dense.is_splat:
-        b.bind(op.result, Literal(dense.array.reshape(-1)[0], t))
-    else:
-        b.bind(op.result, b.add_constant_array(dense.array, t))
+        return [b.allocate_result(op.result)]
+    if dense.is_splat:
+        return [Literal(dense.array.reshape(-1)[0], t)]
+    return [b.emit.add_constant(dense.array, t)]
 
 
 def _iota(op, args, ins, out, point):
     return f"h2d::convert<{out.compute}>((int64_t)({point[int(op.attr('iota_dimension'))]}))"
 
 
-register_elementwise("stablehlo.iota", _iota, family="shape", indexed=True)
+def _known_iota(op, operand):
+    t, dim = op.result.type, int(op.attr("iota_dimension"))
+    shape = [1] * t.rank
+    shape[dim] = t.shape[dim]
+    return np.broadcast_to(np.arange(t.shape[dim]).reshape(shape), t.shape).astype(
+        result_dtype(op))
 
 
-@register("stablehlo.broadcast_in_dim", "stablehlo.broadcast")
-def broadcast_in_dim(b: Builder, op: ir.Op) -> None:
+register_elementwise("stablehlo.iota", _iota, family="shape", indexed=True, known=_known_iota)
+
+
+def _known_broadcast(op, operand):
+    source, t = operand(0), op.result.type
+    shape = [1] * t.rank
+    for k, d in enumerate(op.attr("broadcast_dimensions")):
+        shape[int(d)] = source.shape[k]
+    return np.broadcast_to(source.reshape(shape), t.shape)
+
+
+@register("stablehlo.broadcast_in_dim", known=_known_broadcast)
+@register("stablehlo.broadcast")
+def broadcast_in_dim(b: Builder, op: ir.Op) -> list[Binding]:
     """``broadcast`` (the older form) prepends the ``broadcast_sizes`` dimensions."""
     (operand,) = op.operands
     t = op.result.type
@@ -94,34 +113,44 @@ def broadcast_in_dim(b: Builder, op: ir.Op) -> None:
             axes.append(Axis(None, 0, 0))
         else:
             axes.append(Axis(r))
-    _view(b, operand, op.result, axes)
+    return _view(b, operand, op.result, axes)
 
 
-@register("stablehlo.transpose")
-def transpose(b: Builder, op: ir.Op) -> None:
+@register("stablehlo.transpose", known=lambda op, operand: operand(0).transpose(
+    [int(d) for d in op.attr("permutation")]))
+def transpose(b: Builder, op: ir.Op) -> list[Binding]:
     permutation = op.attr("permutation")
     axes = [Axis(permutation.index(d)) for d in range(len(permutation))]
-    _view(b, op.operands[0], op.result, axes)
+    return _view(b, op.operands[0], op.result, axes)
 
 
-@register("stablehlo.slice")
-def slice_(b: Builder, op: ir.Op) -> None:
+def _known_slice(op, operand):
+    starts, limits, strides = (op.attr(name) for name in
+                               ("start_indices", "limit_indices", "strides"))
+    return operand(0)[tuple(slice(int(s), int(e), int(k))
+                            for s, e, k in zip(starts, limits, strides))]
+
+
+@register("stablehlo.slice", known=_known_slice)
+def slice_(b: Builder, op: ir.Op) -> list[Binding]:
     starts, strides = op.attr("start_indices"), op.attr("strides")
     axes = [Axis(d, stride, start) for d, (start, stride) in enumerate(zip(starts, strides))]
-    _view(b, op.operands[0], op.result, axes)
+    return _view(b, op.operands[0], op.result, axes)
 
 
-@register("stablehlo.reverse")
-def reverse(b: Builder, op: ir.Op) -> None:
+@register("stablehlo.reverse", known=lambda op, operand: np.flip(
+    operand(0), [int(d) for d in op.attr("dimensions")]))
+def reverse(b: Builder, op: ir.Op) -> list[Binding]:
     shape = op.result.type.shape
     reversed_dims = set(op.attr("dimensions"))
     axes = [Axis(d, -1, shape[d] - 1) if d in reversed_dims else Axis(d)
             for d in range(len(shape))]
-    _view(b, op.operands[0], op.result, axes)
+    return _view(b, op.operands[0], op.result, axes)
 
 
-@register("stablehlo.reshape")
-def reshape(b: Builder, op: ir.Op) -> None:
+@register("stablehlo.reshape",
+          known=lambda op, operand: operand(0).astype(result_dtype(op)))
+def reshape(b: Builder, op: ir.Op) -> list[Binding]:
     (operand,) = op.operands
     source_shape = [n for n in operand.type.shape]
     result_shape = list(op.result.type.shape)
@@ -129,13 +158,11 @@ def reshape(b: Builder, op: ir.Op) -> None:
         # only unit dimensions come or go: a view that pairs the non-unit dimensions
         result_dims = iter(r for r, n in enumerate(result_shape) if n != 1)
         axes = [Axis(None, 0, 0) if n == 1 else Axis(next(result_dims)) for n in source_shape]
-        _view(b, operand, op.result, axes)
-        return
-    source = b.operand(operand)
-    if isinstance(source, Literal):
-        b.bind(op.result, Literal(source.value, op.result.type))
-        return
-    target = b.result_array(op.result)
+        return _view(b, operand, op.result, axes)
+    source = b.readable(operand)
+    if source.is_literal:
+        return [Literal(source.value, op.result.type)]
+    target = b.allocate_result(op.result)
     flat = flat_index(result_shape, map_params(len(result_shape)))
     lines = [f"const int64_t __flat = {flat};"]
     if isinstance(source, View):
@@ -152,31 +179,32 @@ def reshape(b: Builder, op: ir.Op) -> None:
         source = source.source
     else:
         lines.append("__out = __src[__flat];")
-    b.indexed_map("reshape", target, {"__src": source}, {}, "\n".join(lines))
-    b.bind(op.result, target)
+    b.emit.map("reshape", target.type.shape, "\n".join(lines), {"__src": Whole(source)},
+               {"__out": Element(target)})
+    return [target]
 
 
-@register("stablehlo.concatenate")
-def concatenate(b: Builder, op: ir.Op) -> None:
+@register("stablehlo.concatenate", known=lambda op, operand: np.concatenate(
+    [operand(k) for k in range(len(op.operands))], axis=int(op.attr("dimension"))))
+def concatenate(b: Builder, op: ir.Op) -> list[Binding]:
     """Bound lazily (``Pieces``): an elementwise consumer reads each element from the
     operand it falls in, so ``jnp.roll`` and friends cost no copy; a function result is
     written at once."""
     dimension = int(op.attr("dimension"))
-    parts = tuple(b.operand(v) for v in op.operands if v.type.size)
+    parts = tuple(b.readable(v) for v in op.operands if v.type.size)
     pieces = Pieces(parts, dimension, op.result.type)
     if op.result.name in b.scope.destinations or op.result.type.size == 0:
-        target = b.result_array(op.result)
+        target = b.allocate_result(op.result)
         b.write_pieces(pieces, target)
-        b.bind(op.result, target)
-        return
-    b.bind(op.result, pieces)
+        return [target]
+    return [pieces]
 
 
 @register("stablehlo.pad")
-def pad(b: Builder, op: ir.Op) -> None:
+def pad(b: Builder, op: ir.Op) -> list[Binding]:
     operand, padding_value = op.operands
     low, interior = op.attr("edge_padding_low"), op.attr("interior_padding")
-    target = b.result_array(op.result)
+    target = b.allocate_result(op.result)
     source = b.array(operand) if operand.type.size else None
     conditions, indices = [], []
     for d, (lo, gap, n) in enumerate(zip(low, interior, operand.type.shape)):
@@ -184,16 +212,16 @@ def pad(b: Builder, op: ir.Op) -> None:
         conditions.append(f"{shifted} >= 0 && {shifted} % {gap + 1} == 0 "
                           f"&& {shifted} / {gap + 1} < {n}")
         indices.append(f"{shifted} / {gap + 1}")
+    inputs = {"__pad": Value(b.value(padding_value))}
     if source is None:
         code = "__out = __pad;"
-        arrays = {}
     else:
         inside = " && ".join(f"({c})" for c in conditions) or "true"
         flat = flat_index(operand.type.shape, indices)
         code = f"__out = ({inside}) ? __src[{flat}] : __pad;"
-        arrays = {"__src": source}
-    b.indexed_map("pad", target, arrays, {"__pad": b.scalar_operand(padding_value)}, code)
-    b.bind(op.result, target)
+        inputs["__src"] = Whole(source)
+    b.emit.map("pad", target.type.shape, code, inputs, {"__out": Element(target)})
+    return [target]
 
 
 def clamped_starts(values: list[ir.Value], starts: list[str], sizes, shape) -> list[str]:
@@ -211,22 +239,23 @@ def clamped_starts(values: list[ir.Value], starts: list[str], sizes, shape) -> l
 
 
 @register("stablehlo.dynamic_slice")
-def dynamic_slice(b: Builder, op: ir.Op) -> None:
+def dynamic_slice(b: Builder, op: ir.Op) -> list[Binding]:
     operand, *start_values = op.operands
     sizes = op.attr("slice_sizes")
-    target = b.result_array(op.result)
-    scalars = {f"__s{d}": b.scalar_operand(v) for d, v in enumerate(start_values)}
-    starts = clamped_starts(start_values, list(scalars), sizes, operand.type.shape)
+    target = b.allocate_result(op.result)
+    inputs = {f"__s{d}": Value(b.value(v)) for d, v in enumerate(start_values)}
+    starts = clamped_starts(start_values, list(inputs), sizes, operand.type.shape)
     lines = [f"const int64_t __start{d} = {s};" for d, s in enumerate(starts)]
     indices = [f"__start{d} + __i{d}" for d in range(len(sizes))]
     lines.append(f"__out = __src[{flat_index(operand.type.shape, indices)}];")
-    b.indexed_map("dynamic_slice", target, {"__src": b.array(operand)}, scalars,
-                  "\n".join(lines))
-    b.bind(op.result, target)
+    inputs["__src"] = Whole(b.array(operand))
+    b.emit.map("dynamic_slice", target.type.shape, "\n".join(lines), inputs,
+               {"__out": Element(target)})
+    return [target]
 
 
 @register("stablehlo.real_dynamic_slice")
-def real_dynamic_slice(b: Builder, op: ir.Op) -> None:
+def real_dynamic_slice(b: Builder, op: ir.Op) -> list[Binding]:
     """A strided slice whose start, limit and strides are run-time tensors, of a static
     result type (``chlo.scan``'s legalisation slices this way). Positions outside the
     operand, which the spec leaves undefined, are clamped into it."""
@@ -234,24 +263,25 @@ def real_dynamic_slice(b: Builder, op: ir.Op) -> None:
     shape = operand.type.shape
     if not op.result.type.is_static:
         raise b.unsupported("a result of dynamic shape")
-    target = b.result_array(op.result)
+    target = b.allocate_result(op.result)
     indices = [f"std::min<int64_t>(std::max<int64_t>((int64_t)__start[{d}] + "
                f"(int64_t)__stride[{d}] * (int64_t)__i{d}, 0), {n - 1})"
                for d, n in enumerate(shape)]
     code = f"__out = __src[{flat_index(shape, indices)}];"
-    b.indexed_map("real_dynamic_slice", target, {"__src": b.array(operand),
-                  "__start": b.array(starts), "__stride": b.array(strides)}, {}, code)
-    b.bind(op.result, target)
+    b.emit.map("real_dynamic_slice", target.type.shape, code,
+               {"__src": Whole(b.array(operand)), "__start": Whole(b.array(starts)),
+                "__stride": Whole(b.array(strides))}, {"__out": Element(target)})
+    return [target]
 
 
-@register("stablehlo.dynamic_update_slice")
-def dynamic_update_slice(b: Builder, op: ir.Op) -> None:
+@register("stablehlo.dynamic_update_slice", updates=lambda op: {0: 0})
+def dynamic_update_slice(b: Builder, op: ir.Op) -> list[Binding]:
     operand, update, *start_values = op.operands
     shape, sizes = operand.type.shape, update.type.shape
     source = b.array(operand)
-    target = b.reusable_array(operand, op, op.result) or b.result_array(op.result)
-    scalars = {f"__s{d}": b.scalar_operand(v) for d, v in enumerate(start_values)}
-    starts = clamped_starts(start_values, list(scalars), sizes, shape)
+    target = b.claim_in_place(operand, op, op.result) or b.allocate_result(op.result)
+    inputs = {f"__s{d}": Value(b.value(v)) for d, v in enumerate(start_values)}
+    starts = clamped_starts(start_values, list(inputs), sizes, shape)
     lines = [f"const int64_t __start{d} = {s};" for d, s in enumerate(starts)]
     inside = " && ".join(f"(int64_t)__i{d} >= __start{d} && (int64_t)__i{d} < __start{d} + {k}"
                          for d, k in enumerate(sizes)) or "true"
@@ -260,20 +290,20 @@ def dynamic_update_slice(b: Builder, op: ir.Op) -> None:
     if source.name == target.name and not at_most(target.type.size, 1):
         # a loop-carried array updated in place (see control.py): write the window only
         if update.type.size:
-            _update_window(b, target, b.array(update), scalars, lines)
-        b.bind(op.result, target)
-        return
-    arrays = {"__src": source}
+            _update_window(b, target, b.array(update), inputs, lines)
+        return [target]
+    inputs["__src"] = Whole(source)
     if update.type.size:
-        arrays["__upd"] = b.array(update)
+        inputs["__upd"] = Whole(b.array(update))
         lines.append(f"__out = ({inside}) ? __upd[{inner}] : __src[{outer}];")
     else:
         lines.append(f"__out = __src[{outer}];")
-    b.indexed_map("dynamic_update_slice", target, arrays, scalars, "\n".join(lines))
-    b.bind(op.result, target)
+    b.emit.map("dynamic_update_slice", target.type.shape, "\n".join(lines), inputs,
+               {"__out": Element(target)})
+    return [target]
 
 
-def _update_window(b: Builder, target: Array, update: Array, scalars: dict,
+def _update_window(b: Builder, target: Array, update: Array, inputs: dict,
                    starts: list[str]) -> None:
     """``target[start + i] = update[i]`` for every position ``i`` of ``update``: one map
     over the update whose tasklet writes through a pointer to all of ``target``."""
@@ -281,12 +311,12 @@ def _update_window(b: Builder, target: Array, update: Array, scalars: dict,
     position = flat_index(shape, [f"__start{d} + (int64_t)__i{d}" for d in range(len(sizes))])
     element = flat_index(sizes, map_params(len(sizes)))
     code = "\n".join([*starts, f"__dst[{position}] = __upd[{element}];"])
-    b.indexed_map_into("dynamic_update_slice", update.type, target,
-                       {"__upd": update}, scalars, code)
+    b.emit.map("dynamic_update_slice", update.type.shape, code,
+               {**inputs, "__upd": Whole(update)}, {"__dst": Whole(target)})
 
 
 @register("stablehlo.bitcast_convert")
-def bitcast_convert(b: Builder, op: ir.Op) -> None:
+def bitcast_convert(b: Builder, op: ir.Op) -> list[Binding]:
     """Between element widths (same widths are elementwise): the narrow elements of each
     wide element lie along a new last dimension, in memory (little-endian) order; an i1
     element is one bit, least significant first."""
@@ -295,7 +325,7 @@ def bitcast_convert(b: Builder, op: ir.Op) -> None:
     for t in (source_type, result_type):
         if dtypes.of(t, op.name, op.location).narrow_bits:
             raise b.unsupported(f"bitcast of {t.element} to another width")
-    source, target = b.array(operand), b.result_array(op.result)
+    source, target = b.array(operand), b.allocate_result(op.result)
     if result_type.rank > source_type.rank:  # wide -> narrow: [...] -> [..., k]
         wide = f"&__src[{flat_index(source_type.shape, map_params(source_type.rank))}]"
         part = f"__i{result_type.rank - 1}"
@@ -314,29 +344,29 @@ def bitcast_convert(b: Builder, op: ir.Op) -> None:
                     "std::memcpy(&__out, &__bits, sizeof(__out));")
         else:
             code = f"std::memcpy(&__out, &__src[{first}], sizeof(__out));"
-    b.indexed_map("bitcast", target, {"__src": source}, {}, code)
-    b.bind(op.result, target)
+    b.emit.map("bitcast", target.type.shape, code, {"__src": Whole(source)},
+               {"__out": Element(target)})
+    return [target]
 
 
 @register("stablehlo.optimization_barrier")
-def optimization_barrier(b: Builder, op: ir.Op) -> None:
-    for operand, result in zip(op.operands, op.results):
-        b.bind(result, b.binding(operand))
+def optimization_barrier(b: Builder, op: ir.Op) -> list[Binding]:
+    return [b.binding(operand) for operand in op.operands]
 
 
 @register("stablehlo.tuple")
-def tuple_(b: Builder, op: ir.Op) -> None:
-    b.bind(op.result, tuple(b.binding(v) for v in op.operands))
+def tuple_(b: Builder, op: ir.Op) -> list[Binding]:
+    return [Tuple(tuple(b.binding(v) for v in op.operands), op.result.type)]
 
 
 @register("stablehlo.get_tuple_element")
-def get_tuple_element(b: Builder, op: ir.Op) -> None:
-    b.bind(op.result, b.binding(op.operands[0])[int(op.attr("index"))])
+def get_tuple_element(b: Builder, op: ir.Op) -> list[Binding]:
+    return [b.binding(op.operands[0]).elements[int(op.attr("index"))]]
 
 
 
 @register("stablehlo.get_dimension_size")
-def get_dimension_size(b: Builder, op: ir.Op) -> None:
+def get_dimension_size(b: Builder, op: ir.Op) -> list[Binding]:
     """A static dimension's size is a constant (``chlo.scan`` asks for it); a symbolic one
     is written at run time from the program's symbols."""
     (operand,) = op.operands
@@ -345,10 +375,8 @@ def get_dimension_size(b: Builder, op: ir.Op) -> None:
         raise b.unsupported("the size of a dynamic dimension")
     element = dtypes.of(op.result.type, op.name, op.location)
     if isinstance(size, int):
-        b.bind(op.result, Literal(element.numpy.type(size), op.result.type))
-        return
-    target = b.result_array(op.result)
-    b.mapped_tasklet("dimension_size", op.result.type, {},
-                     f"__out = {element.store(f'({element.compute})({cpp_size(size)})')};",
-                     {"__out": dace.Memlet(f"{target.name}[0]")})
-    b.bind(op.result, target)
+        return [Literal(element.numpy.type(size), op.result.type)]
+    target = b.allocate_result(op.result)
+    value = element.store(f"({element.compute})({cpp_size(size)})")
+    b.emit.map("dimension_size", (), f"__out = {value};", outputs={"__out": Element(target)})
+    return [target]

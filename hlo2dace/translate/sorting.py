@@ -24,10 +24,13 @@ from typing import Sequence
 
 from .. import ir
 from . import dtypes
-from .builder import Builder, flat_index, live_ops, map_params
-from .fusion import scalar_region
+from .bindings import Binding, Unused, flat_index, map_params
+from .builder import Builder
+from .cpp import Loop, Writer
+from .emitter import Whole
 from .literals import literal
 from .registry import register
+from .scopes import live_ops
 
 #: a stable sort whose users read at most 1/PARTIAL of each row selects those elements with
 #: a heap instead of sorting the whole row
@@ -50,9 +53,7 @@ def _region(b: Builder, block: ir.Block, arguments: Sequence[str], prefix: str
     folded = {id(op) for op in constants}
     block = ir.Block(block.arguments + tuple(op.result for op in constants),
                      tuple(op for op in block.ops if id(op) not in folded))
-    saved = b.current_op
-    lines, returned = scalar_region(b, block, list(arguments) + names, prefix)
-    b.current_op = saved
+    lines, returned = b.scalar_region(block, list(arguments) + names, prefix)
     return declarations + lines, returned
 
 
@@ -148,21 +149,19 @@ def _tuples(b: Builder, region: ir.Block, elements: Sequence[dtypes.ElementType]
              *(f"    {line}" for line in lines), f"    return {less};", "};"])
 
 
-def _indent(code: str) -> str:
-    return "\n".join(f"    {line}" for line in code.splitlines())
-
-
 @register("stablehlo.sort")
-def sort(b: Builder, op: ir.Op) -> None:
+def sort(b: Builder, op: ir.Op) -> list[Binding]:
+    """Each row along ``dimension`` read into a vector of tuples (the operands, the keys
+    the comparator computes from one side, with a heap selection the position) and sorted
+    with ``__less``, the comparator compiled; a stable sort read only in its first
+    1/PARTIAL (top_k) keeps those elements in a heap instead."""
     shape = op.operands[0].type.shape
     rank = len(shape)
     dimension = int(op.attr("dimension", -1))
     dimension += rank if dimension < 0 else 0
     n = shape[dimension]
     if n <= 1 or op.operands[0].type.size == 0:  # nothing to reorder
-        for value, result in zip(op.operands, op.results):
-            b.bind(result, b.operand(value))
-        return
+        return [b.readable(value) for value in op.operands]
     stable = bool(op.attr("is_stable"))
     prefixes = [_prefix(b, result, dimension, n) for result in op.results]
     first = max(prefixes)
@@ -174,50 +173,49 @@ def sort(b: Builder, op: ir.Op) -> None:
     at = f"__base + __k * {math.prod(shape[dimension + 1:])}LL"
     types, element, less = _tuples(b, op.regions[0].entry, elements, at, select)
     row = f"std::tuple<{', '.join(types)}>"
+    code = Writer()
+    code.line(f"const int64_t __base = {flat_index(shape, indices)};", *less)
     if select:  # the first elements of the stable order: ties broken by position
         position = len(types) - 1
-        less += [f"auto __before = [&](const {row}& __l, const {row}& __r) -> bool {{",
-                 "    if (__less(__l, __r)) return true;",
-                 "    if (__less(__r, __l)) return false;",
-                 f"    return std::get<{position}>(__l) < std::get<{position}>(__r);",
-                 "};"]
-    code = [f"const int64_t __base = {flat_index(shape, indices)};", *less,
-            f"std::vector<{row}> __row;",
-            f"__row.reserve({first if select else n});",
-            f"for (int64_t __k = 0; __k < {n}; ++__k) {{",
-            "    h2d::scalar_loop();",
-            _indent(element)]
-    if select:  # a heap of the first elements so far takes every element in turn
-        code += [f"    if (__k < {first}) {{",
-                 "        __row.push_back(__x);",
-                 "        std::push_heap(__row.begin(), __row.end(), __before);",
-                 "    } else if (__less(__x, __row.front())) {  // a later tie comes after",
-                 "        std::pop_heap(__row.begin(), __row.end(), __before);",
-                 "        __row.back() = __x;",
-                 "        std::push_heap(__row.begin(), __row.end(), __before);",
-                 "    }",
-                 "}",
-                 "std::sort_heap(__row.begin(), __row.end(), __before);"]
+        code.line(f"auto __before = [&](const {row}& __l, const {row}& __r) -> bool {{",
+                  "    if (__less(__l, __r)) return true;",
+                  "    if (__less(__r, __l)) return false;",
+                  f"    return std::get<{position}>(__l) < std::get<{position}>(__r);",
+                  "};")
+    code.line(f"std::vector<{row}> __row;", f"__row.reserve({first if select else n});")
+    with code.loops(Loop("__k", "0", str(n)), scalar=True):
+        code.line(element)
+        if select:  # a heap of the first elements so far takes every element in turn
+            with code.block(f"if (__k < {first})"):
+                code.line("__row.push_back(__x);",
+                          "std::push_heap(__row.begin(), __row.end(), __before);")
+            with code.block("else if (__less(__x, __row.front()))"):  # a later tie: after
+                code.line("std::pop_heap(__row.begin(), __row.end(), __before);",
+                          "__row.back() = __x;",
+                          "std::push_heap(__row.begin(), __row.end(), __before);")
+        else:
+            code.line("__row.push_back(__x);")
+    if select:
+        code.line("std::sort_heap(__row.begin(), __row.end(), __before);")
     else:
-        code += ["    __row.push_back(__x);", "}",
-                 f"std::{'stable_sort' if stable else 'sort'}(__row.begin(), __row.end(), "
-                 "__less);"]
+        code.line(f"std::{'stable_sort' if stable else 'sort'}(__row.begin(), __row.end(), "
+                  "__less);")
+    results: list[Binding] = []
     outputs = {}
     for k, (result, prefix) in enumerate(zip(op.results, prefixes)):
         if not b.scope.uses.get(result.name):
-            continue  # argsort's sorted keys
-        target = b.result_array(result)
-        b.bind(result, target)
+            results.append(Unused(result.type))  # argsort's sorted keys
+            continue
+        target = b.allocate_result(result)
+        results.append(target)
         if not prefix:
             continue
-        outputs[f"__out{k}"] = target
-        code += [f"for (int64_t __k = 0; __k < {prefix}; ++__k) {{",
-                 "    h2d::scalar_loop();",
-                 f"    __out{k}[{at}] = std::get<{k}>(__row[__k]);",
-                 "}"]
-    if not outputs:  # only empty slices of the results are read
-        return
-    inputs = {f"__in{k}": b.array(v) for k, v in enumerate(op.operands)}
-    work = n * max(1, math.ceil(math.log2(first if select else n)))
-    b.pointer_map("sort", shape[:dimension] + shape[dimension + 1:], inputs, outputs,
-                 "\n".join(code), work)
+        outputs[f"__out{k}"] = Whole(target)
+        with code.loops(Loop("__k", "0", str(prefix)), scalar=True):
+            code.line(f"__out{k}[{at}] = std::get<{k}>(__row[__k]);")
+    if outputs:  # else only empty slices of the results are read
+        inputs = {f"__in{k}": Whole(b.array(v)) for k, v in enumerate(op.operands)}
+        work = n * max(1, math.ceil(math.log2(first if select else n)))
+        b.emit.map("sort", shape[:dimension] + shape[dimension + 1:], code.text(), inputs,
+                   outputs, work)
+    return results

@@ -1,0 +1,346 @@
+"""What an SSA value is bound to while a module is translated, and the index algebra of
+views. How the builder emits code decides speed more than any later pass, so it never
+materialises what it can express otherwise:
+
+* ``Array``: a data container of the SDFG (argument, result, hidden constant, transient);
+* ``Literal``: a splat constant, written into tasklet code as a C++ literal;
+* ``View``: an affine re-indexing of an array (broadcast_in_dim, transpose, slice, unit
+  reshape), read through memlets by its consumers and copied only when an op needs an array;
+* ``Pending``: the result of an elementwise op whose map has not been emitted yet (its
+  ``ElementwiseCluster`` is open, or closed without writing it);
+* ``PendingView``: a ``View`` of a pending value, recomputed by its elementwise readers at
+  the index they read, as XLA fuses a cheap producer into each of its consumers;
+* ``Pieces``: a concatenation not written yet;
+* ``Token``: a ``!stablehlo.token``, which holds no data;
+* ``Tuple``: a ``tuple`` of bindings;
+* ``Unused``: a result nothing reads.
+
+Each kind answers the questions the translators ask (``data``, ``subscripts``, ``holds``,
+``is_literal``...), so that a new kind is one class here, not a search for ``isinstance``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Sequence, Union
+
+import dace
+import numpy as np
+
+from .. import ir
+from . import registry
+
+if TYPE_CHECKING:  # only for annotations: scopes.py builds on this module
+    from .scopes import Scope
+
+# ------------------------------------------------------------------------ indices
+
+
+def map_params(rank: int) -> list[str]:
+    """The parameters of every map over a shape of ``rank`` dimensions: ``__i0, __i1...``,
+    the same everywhere so that DaCe's own passes can fuse what the builder leaves apart."""
+    return [f"__i{d}" for d in range(rank)]
+
+
+def dace_shape(t: ir.TensorType) -> list[int]:
+    """0-d tensors are stored as one-element arrays."""
+    return list(t.shape) if t.rank else [1]
+
+
+def at_most(a, b) -> bool:
+    """``a <= b`` for sizes; with symbols, only when it holds for all their values."""
+    if isinstance(a, (int, np.integer)) and isinstance(b, (int, np.integer)):
+        return a <= b
+    return bool((a - b).is_nonpositive)
+
+
+def cpp_size(n) -> str:
+    """C++ for a size: a literal, or an expression of the program's symbols."""
+    if isinstance(n, (int, np.integer)):
+        return f"{n}LL"
+    return f"(int64_t)({dace.symbolic.symstr(n, cpp_mode=True)})"
+
+
+def flat_index(shape: Sequence[int], indices: Sequence[str]) -> str:
+    """C++ for the row-major offset of ``indices`` in an array of ``shape``."""
+    terms, stride = [], 1
+    for n, index in reversed(list(zip(shape, indices))):
+        terms.append(f"(int64_t)({index})" if stride == 1
+                     else f"(int64_t)({index}) * {cpp_size(stride)}")
+        stride *= n
+    return " + ".join(reversed(terms)) or "0"
+
+
+@dataclass(frozen=True)
+class Axis:
+    """How one dimension of a view's source is indexed: ``offset + stride * i_dim``
+    (``dim`` None: the constant ``offset``)."""
+
+    dim: int | None
+    stride: int = 1
+    offset: int = 0
+
+
+def axes_point(axes: Sequence[Axis], point: Sequence[str]) -> list[str]:
+    """The index into a view's source that the view's index ``point`` reads."""
+    out = []
+    for axis in axes:
+        if axis.dim is None:
+            out.append(str(axis.offset))
+            continue
+        index = point[axis.dim]
+        term = index if axis.stride == 1 else f"{axis.stride} * ({index})"
+        out.append(term if axis.offset == 0 else f"{axis.offset} + {term}")
+    return out
+
+
+def compose_axes(inner: Sequence[Axis], outer: Sequence[Axis]) -> tuple[Axis, ...]:
+    """The axes of a view (``outer``) of a view (``inner``), on the inner one's source."""
+    composed = []
+    for axis in inner:
+        if axis.dim is None:
+            composed.append(axis)
+            continue
+        applied = outer[axis.dim]
+        offset = axis.offset + axis.stride * applied.offset
+        composed.append(Axis(None, 0, offset) if applied.dim is None else
+                        Axis(applied.dim, axis.stride * applied.stride, offset))
+    return tuple(composed)
+
+
+# ------------------------------------------------------------------------ bindings
+
+
+class _Binding:
+    """What every binding answers (see the module's docstring); the kinds override."""
+
+    type: ir.TensorType
+    #: a splat constant, written into code as a literal
+    is_literal = False
+    #: an elementwise value not written yet (or a view of one)
+    is_pending = False
+
+    @property
+    def data(self) -> str | None:
+        """The data container that memlets read for this binding, if it is in one."""
+        return None
+
+    def is_array(self, name: str) -> bool:
+        """Whether this binding is the whole array ``name``."""
+        return False
+
+    def subscripts(self, rank: int, point: Sequence[str] | None = None) -> list[str]:
+        """Subscripts of ``data`` that read this binding at the iteration ``point``
+        (default: ``__i0..``) of a map over a shape of ``rank`` dimensions (a 0-d operand
+        of a shaped op is broadcast)."""
+        raise TypeError(f"{type(self).__name__} is not read through memlets")
+
+    def holds(self, array: str) -> bool:
+        """Whether reading this binding reads (part of) the array named ``array``."""
+        return False
+
+    def lands_in(self, array: str) -> bool:
+        """Whether this binding is, or will be once its cluster is emitted, the whole
+        array ``array``."""
+        return self.is_array(array)
+
+
+@dataclass(frozen=True)
+class Array(_Binding):
+    name: str
+    type: ir.TensorType
+
+    @property
+    def data(self) -> str:
+        return self.name
+
+    def is_array(self, name: str) -> bool:
+        return self.name == name
+
+    def subscripts(self, rank: int, point: Sequence[str] | None = None) -> list[str]:
+        if self.type.rank == 0:
+            return ["0"]
+        if point is not None:
+            return list(point)
+        assert self.type.rank == rank
+        return map_params(rank)
+
+    def holds(self, array: str) -> bool:
+        return self.name == array
+
+
+@dataclass(frozen=True)
+class Literal(_Binding):
+    value: object  # a NumPy scalar of the element type's NumPy dtype
+    type: ir.TensorType
+    is_literal = True
+
+
+@dataclass(frozen=True)
+class View(_Binding):
+    source: Array
+    axes: tuple[Axis, ...]  # one per source dimension
+    type: ir.TensorType
+
+    @property
+    def data(self) -> str:
+        return self.source.name
+
+    def subscripts(self, rank: int, point: Sequence[str] | None = None) -> list[str]:
+        point = list(point) if point is not None else map_params(rank)
+        return axes_point(self.axes, point) or ["0"]
+
+    def holds(self, array: str) -> bool:
+        return self.source.name == array
+
+
+@dataclass(eq=False)
+class ElementwiseCluster:
+    """Elementwise ops over one iteration space, emitted together as one map. Each member
+    keeps the scope it was bound in (inlined calls add members from their own scope);
+    ``resolved`` holds, once emitted, the arrays of the values used outside."""
+
+    shape: tuple[int, ...]
+    members: list[tuple[ir.Op, Scope]] = field(default_factory=list)
+    closed: bool = False
+    resolved: dict[tuple[int, str], Array] = field(default_factory=dict)
+    #: values that must be written whatever their users (something needs their array)
+    required: set[tuple[int, str]] = field(default_factory=set)
+    #: values whose one reader computes them itself (``Builder.absorb``)
+    absorbed: set[tuple[int, str]] = field(default_factory=set)
+
+
+@dataclass(frozen=True, eq=False)
+class Pending(_Binding):
+    cluster: ElementwiseCluster
+    value: ir.Value
+    scope: Scope
+    is_pending = True
+
+    @property
+    def key(self) -> tuple[int, str]:
+        return (id(self.scope), self.value.name)
+
+    @property
+    def type(self) -> ir.TensorType:
+        return self.value.type
+
+    @property
+    def unresolved(self) -> bool:
+        """Whether the value is in no array (its cluster is open, or did not write it)."""
+        return self.key not in self.cluster.resolved
+
+    @property
+    def pending(self) -> Pending:
+        return self
+
+    def lands_in(self, array: str) -> bool:
+        resolved = self.cluster.resolved.get(self.key)
+        return self.scope.destinations.get(self.value.name) == array or (
+            resolved is not None and resolved.name == array)
+
+    def holds(self, array: str) -> bool:
+        if not self.unresolved:
+            return self.cluster.resolved[self.key].holds(array)
+        if not self.cluster.closed and self.key not in self.cluster.absorbed:
+            return False  # its cluster is emitted before any update in place
+        return any(read.holds(array) for read in recomputed_reads(self, 1 << 30, False))
+
+
+@dataclass(frozen=True, eq=False)
+class PendingView(_Binding):
+    """``source`` re-indexed by ``axes`` (as a ``View``'s; none for a 0-d source) before
+    its cluster wrote it, if it ever does."""
+
+    source: Pending
+    axes: tuple[Axis, ...]
+    type: ir.TensorType
+    is_pending = True
+
+    @property
+    def pending(self) -> Pending:
+        return self.source
+
+    def holds(self, array: str) -> bool:
+        if not self.source.unresolved:
+            return self.source.holds(array)
+        return any(read.holds(array) for read in recomputed_reads(self, 1 << 30, False))
+
+
+@dataclass(frozen=True, eq=False)
+class Pieces(_Binding):
+    """A concatenation not written yet: ``parts`` laid end to end along ``dimension``.
+    Elementwise clusters read the piece each element falls in; anything else gets it
+    materialised into an array (once, remembered in ``materialised``)."""
+
+    parts: tuple[Union[Array, Literal, View], ...]
+    dimension: int
+    type: ir.TensorType
+    materialised: list = field(default_factory=list)
+
+    def extents(self) -> list[tuple[int, int]]:
+        """Where each part starts and ends along ``dimension``."""
+        out, start = [], 0
+        for part in self.parts:
+            out.append((start, start + part.type.shape[self.dimension]))
+            start = out[-1][1]
+        return out
+
+    def holds(self, array: str) -> bool:
+        return any(part.holds(array) for part in (*self.parts, *self.materialised))
+
+
+@dataclass(frozen=True)
+class Token(_Binding):
+    """A ``!stablehlo.token``: it orders side effects, and holds no data."""
+
+
+TOKEN = Token()
+
+
+@dataclass(frozen=True)
+class Tuple(_Binding):
+    """A ``tuple`` of values (``get_tuple_element`` takes them apart)."""
+
+    elements: tuple
+    type: ir.TupleType
+
+    def holds(self, array: str) -> bool:
+        return any(element.holds(array) for element in self.elements)
+
+
+@dataclass(frozen=True)
+class Unused(_Binding):
+    """A result that nothing reads, of an op that computes others (argsort's sorted
+    keys): never written, never read."""
+
+    type: ir.TensorType
+
+
+Binding = Union[Array, Literal, View, Pending, PendingView, Pieces, Token, Tuple, Unused]
+
+
+def recomputed_reads(binding: Union[Pending, PendingView], budget: int,
+                     shared_expensive: bool = True) -> list[Binding] | None:
+    """What recomputing ``binding`` element by element reads (arrays, views, literals,
+    concatenations, values in arrays, and with ``shared_expensive`` pending values of
+    expensive ops with other users, to be written first), or None if it takes more than
+    ``budget`` ops."""
+    reads, stack, ops = [], [binding], 0
+    while stack:
+        item = stack.pop()
+        if item.is_pending:
+            item = item.pending
+        if not (item.is_pending and item.unresolved):
+            reads.append(item)
+            continue
+        op = item.scope.producers[item.value.name]
+        if (shared_expensive and item is not binding and registry.record(op.name).expensive
+                and len(item.scope.uses.get(item.value.name, ())) > 1):
+            reads.append(item)
+            continue
+        ops += 1
+        if ops > budget:
+            return None
+        stack.extend(item.scope.env[v.name] for v in op.operands)
+    return reads

@@ -1,0 +1,342 @@
+"""The SDFG under construction and the one way to add code to it.
+
+``Emitter`` owns the SDFG: fresh names, data containers (arrays, hidden constants,
+register scalars), the state being filled and the control-flow region around it, access
+nodes, and ``map``: one tasklet, in a map over a shape or alone, whose connectors read and
+write
+
+* ``Element(binding)``: one element of an array or view at the map's point (a memlet);
+* ``Whole(array)``: the whole array through a pointer, for code that indexes it itself
+  (with ``flat_index``) or writes any element of it (scatters, library calls);
+* ``Value(binding)``: a 0-d operand by value: a literal in the code, else its element;
+* or a ``dace.Memlet`` given as it is.
+
+It knows nothing of the IR walk, scopes or fusion (``builder.py``, ``fusion.py``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Sequence, Union
+
+import dace
+import numpy as np
+
+from .. import ir, symbolic
+from ..errors import UnsupportedError
+from . import dtypes
+from .bindings import Array, Literal, View, dace_shape, map_params
+from .literals import literal
+
+HELPERS_CPP = (Path(__file__).with_name("h2d_ops.h")).read_text()
+#: the default line info of every state: without one, DaCe inspects the Python stack at
+#: every node it adds (most of the translation time)
+NO_LINEINFO = dace.dtypes.DebugInfo(0)
+
+#: maps doing less work than this (elements x work per element) run on one thread: an
+#: OpenMP parallel region costs about as much as this many simple element operations
+#: (a loop body of small maps pays it every iteration)
+PARALLEL_MAP_WORK = 1 << 15
+
+
+def schedule_for(shape: Sequence[int], work_per_element: int = 1) -> dace.ScheduleType:
+    """The schedule of a map over ``shape``: parallel only when the work pays for it."""
+    if any(not isinstance(n, (int, np.integer)) for n in (*shape, work_per_element)):
+        return dace.ScheduleType.Default  # symbolic sizes: large enough, as a rule
+    work = int(np.prod(shape, dtype=np.int64)) * max(1, work_per_element)
+    return dace.ScheduleType.Default if work >= PARALLEL_MAP_WORK \
+        else dace.ScheduleType.Sequential
+
+
+def identifier(text: str) -> str:
+    return re.sub(r"[^0-9A-Za-z_]", "_", text)
+
+
+@dataclass(frozen=True)
+class Element:
+    """One element of ``binding`` at the map's point, or at ``subscripts`` of it."""
+
+    binding: Union[Array, View]
+    subscripts: Sequence[str] | None = None
+
+
+@dataclass(frozen=True)
+class Whole:
+    """All of ``array`` through a pointer connector."""
+
+    array: Array
+
+
+@dataclass(frozen=True)
+class Value:
+    """A 0-d ``binding`` by value."""
+
+    binding: Union[Array, Literal]
+
+
+Access = Union[Element, Whole, Value, dace.Memlet]
+
+
+class Emitter:
+    """The SDFG of one module, filled state by state."""
+
+    def __init__(self, name: str):
+        self.sdfg = dace.SDFG(identifier(name))
+        #: the control-flow region being filled (the SDFG, a loop body, a branch)
+        self.cfg: dace.sdfg.state.ControlFlowRegion = self.sdfg
+        self.state = self.sdfg.add_state("entry", is_start_block=True)
+        self.state.set_default_lineinfo(NO_LINEINFO)
+        self._nodes: dict[str, dace.nodes.AccessNode] = {}  # last access node per data
+        self._counter = itertools.count()
+        #: hidden constant arguments: data name -> array (in storage dtype)
+        self.constants: dict[str, np.ndarray] = {}
+        #: the op being emitted: named in errors, its location in the code's debug info
+        self.op: ir.Op | None = None
+        #: the locations of the calls being inlined, outermost first
+        self._calls: list[ir.Location | None] = []
+
+    # ------------------------------------------------------------------ where we are
+    @contextlib.contextmanager
+    def at(self, op: ir.Op) -> Iterator[None]:
+        """Emit ``op`` within the ``with`` block (errors name it, code carries its line)."""
+        saved, self.op = self.op, op
+        try:
+            yield
+        finally:
+            self.op = saved
+
+    @contextlib.contextmanager
+    def calling(self) -> Iterator[None]:
+        """Within the ``with`` block, the current op's (a call's) body is inlined: its
+        location stands in for the ops of the callee that have none of their own."""
+        self._calls.append(self.location)
+        try:
+            yield
+        finally:
+            self._calls.pop()
+
+    @property
+    def op_name(self) -> str:
+        return self.op.name if self.op is not None else "module"
+
+    @property
+    def location(self) -> ir.Location | None:
+        """The current op's location; for an op without a file (in a function JAX made,
+        as for ``jnp.sort``), the user's line of the innermost call that has one."""
+        location = self.op.location if self.op is not None else None
+        if location is None or location.file is None:
+            outer = next((loc for loc in reversed(self._calls)
+                          if loc is not None and loc.file), None)
+            if outer is not None:
+                return ir.Location(outer.file, outer.line, outer.column,
+                                   location.name if location else outer.name)
+        return location
+
+    # ------------------------------------------------------------------ names, data
+    def fresh(self, hint: str) -> str:
+        """A new SDFG-wide name; SSA names like ``%3`` become ``v3_12``."""
+        hint = identifier(hint)
+        if not hint[:1].isalpha():
+            hint = f"v{hint}"
+        return f"{hint}_{next(self._counter)}"
+
+    def unsupported(self, reason: str, supported: Sequence[str] | None = None):
+        return UnsupportedError(self.op_name, reason, self.location, supported)
+
+    def add_array(self, hint: str, t: ir.TensorType, transient: bool = True) -> Array:
+        """A new array of type ``t``: a transient lives as long as the program, except one
+        sized by symbols, allocated at every call at that call's sizes."""
+        element = dtypes.of(t, self.op_name, self.location)
+        if not t.is_static:
+            raise self.unsupported(f"dynamic shape {t}")
+        name = self.fresh(hint) if transient else hint
+        lifetime = dace.AllocationLifetime.Scope
+        if transient:
+            lifetime = dace.AllocationLifetime.SDFG if symbolic.is_symbolic(t) \
+                else dace.AllocationLifetime.Persistent
+        self.sdfg.add_array(name, dace_shape(t), element.storage, transient=transient,
+                            lifetime=lifetime)
+        return Array(name, t)
+
+    def add_constant(self, value: np.ndarray, t: ir.TensorType) -> Array:
+        """A non-splat constant: a hidden argument filled by the runtime at every call."""
+        element = dtypes.of(t)
+        name = f"__const{len(self.constants)}"
+        self.sdfg.add_array(name, dace_shape(t), element.storage)
+        self.constants[name] = np.ascontiguousarray(
+            element.to_storage(np.asarray(value).reshape(dace_shape(t))))
+        return Array(name, t)
+
+    def add_register(self, hint: str, ctype: dace.typeclass) -> str:
+        """A scalar that lives in a register between the tasklets of one map."""
+        name = self.fresh(hint)
+        self.sdfg.add_scalar(name, ctype, transient=True, storage=dace.StorageType.Register)
+        return name
+
+    def include_once(self, code: str) -> None:
+        """Add C++ ``code`` to the program's global code unless it is there already: the
+        helpers of op families that only some programs use (LAPACK, FFTW, random bits)."""
+        if code not in self.sdfg.global_code["frame"].as_string:
+            self.sdfg.append_global_code(code)
+
+    # ------------------------------------------------------------------ states
+    def read(self, name: str) -> dace.nodes.AccessNode:
+        """The access node that reads ``name`` in the current state (its last write)."""
+        node = self._nodes.get(name)
+        if node is None:
+            node = self.state.add_access(name)
+            self._nodes[name] = node
+        return node
+
+    def write(self, name: str) -> dace.nodes.AccessNode:
+        """A new access node writing ``name``; later reads in the state read it."""
+        node = self.state.add_access(name)
+        self._nodes[name] = node
+        return node
+
+    def new_state(self, label: str = "s") -> dace.SDFGState:
+        """Continue in a fresh state after the current one (for code whose writes must be
+        ordered after everything before)."""
+        self.state = self.cfg.add_state_after(self.state, self.fresh(label))
+        self.state.set_default_lineinfo(NO_LINEINFO)
+        self._nodes = {}
+        return self.state
+
+    def append_block(self, block: dace.sdfg.state.ControlFlowBlock,
+                     assignments: dict[str, str] | None = None) -> None:
+        """Add ``block`` (a loop, a conditional) after the current state, entered with the
+        interstate ``assignments``, and continue in a fresh state after it."""
+        self.cfg.add_node(block)
+        self.cfg.add_edge(self.state, block, dace.InterstateEdge(assignments=assignments))
+        after = self.cfg.add_state(self.fresh("s"))
+        self.cfg.add_edge(block, after, dace.InterstateEdge())
+        after.set_default_lineinfo(NO_LINEINFO)
+        self.state, self._nodes = after, {}
+
+    @contextlib.contextmanager
+    def inside(self, region: dace.sdfg.state.ControlFlowRegion) -> Iterator[None]:
+        """Emit into ``region`` (a loop body, a branch) within the ``with`` block."""
+        saved = self.cfg, self.state, self._nodes
+        self.cfg, self._nodes = region, {}
+        self.state = region.add_state(self.fresh("s"), is_start_block=True)
+        self.state.set_default_lineinfo(NO_LINEINFO)
+        try:
+            yield
+        finally:
+            self.cfg, self.state, self._nodes = saved
+
+    def debuginfo(self) -> dace.dtypes.DebugInfo | None:
+        location = self.location
+        if location is None or location.line is None:
+            return None
+        return dace.dtypes.DebugInfo(location.line, location.column or 0,
+                                     filename=location.file)
+
+    # ------------------------------------------------------------------ code
+    def map(self, label: str, shape: Sequence[int], code: str,
+            inputs: dict[str, Access] | None = None, outputs: dict[str, Access] | None = None,
+            work_per_element: int = 1, schedule: dace.ScheduleType | None = None,
+            environments: Sequence[str] = ()) -> dace.nodes.Tasklet | None:
+        """One C++ tasklet in a map over ``shape`` (alone for no dimensions; nothing for an
+        empty shape), scheduled by ``schedule_for`` unless ``schedule`` says otherwise,
+        linking the DaCe ``environments`` (native libraries). Returns the tasklet."""
+        if any(isinstance(n, (int, np.integer)) and n == 0 for n in shape):
+            return None
+        rank = len(shape)
+        prelude, in_memlets, out_memlets, pointers = [], {}, {}, {}
+        for conn, access in (inputs or {}).items():
+            if isinstance(access, Value) and access.binding.is_literal:
+                element = dtypes.of(access.binding.type)
+                prelude.append(f"const auto {conn} = "
+                               f"{literal(access.binding.value, element, True)};")
+                continue
+            in_memlets[conn] = self._memlet(access, rank, pointers, conn)
+        for conn, access in (outputs or {}).items():
+            out_memlets[conn] = self._memlet(access, rank, pointers, conn, written=True)
+        code = "\n".join([*prelude, code])
+        schedule = schedule or schedule_for(shape, work_per_element)
+        input_nodes = {m.data: self.read(m.data) for m in in_memlets.values()}
+        output_nodes = {m.data: self.write(m.data) for m in out_memlets.values()}
+        if not shape:
+            tasklet = self.state.add_tasklet(self.fresh(label), dict.fromkeys(in_memlets),
+                                             dict.fromkeys(out_memlets), code,
+                                             language=dace.Language.CPP,
+                                             debuginfo=self.debuginfo())
+            for conn, memlet in in_memlets.items():
+                self.state.add_edge(input_nodes[memlet.data], None, tasklet, conn, memlet)
+            for conn, memlet in out_memlets.items():
+                self.state.add_edge(tasklet, conn, output_nodes[memlet.data], None, memlet)
+        else:
+            ranges = {p: f"0:{n}" for p, n in zip(map_params(rank), shape)}
+            tasklet, entry, exit_ = self.state.add_mapped_tasklet(
+                self.fresh(label), ranges, in_memlets, code, out_memlets,
+                language=dace.Language.CPP, external_edges=True, input_nodes=input_nodes,
+                output_nodes=output_nodes, schedule=schedule, debuginfo=self.debuginfo(),
+                propagate=False)
+            self.propagate_map(entry, exit_)
+        for conn, array in pointers.items():
+            connectors = tasklet.out_connectors if conn in out_memlets else \
+                tasklet.in_connectors
+            connectors[conn] = dace.pointer(dtypes.of(array.type).storage)
+        tasklet.environments = set(environments)
+        return tasklet
+
+    @staticmethod
+    def _memlet(access: Access, rank: int, pointers: dict, conn: str,
+                written: bool = False) -> dace.Memlet:
+        if isinstance(access, dace.Memlet):
+            return access
+        if isinstance(access, Whole):
+            pointers[conn] = access.array
+            full = ", ".join(f"0:{n}" for n in dace_shape(access.array.type))
+            return dace.Memlet(f"{access.array.name}[{full}]", dynamic=written)
+        binding = access.binding
+        if isinstance(access, Value):
+            return dace.Memlet(f"{binding.name}[0]")
+        return dace.Memlet(f"{binding.data}["
+                           f"{', '.join(binding.subscripts(rank, access.subscripts))}]")
+
+    def copy(self, source: Union[Array, Literal, View], target: Array,
+             offsets: Sequence[int] | None = None) -> None:
+        """Write ``source`` into ``target`` (at ``offsets``, else all of it) with one map
+        over the source's shape."""
+        t = source.type
+        if t.size == 0:
+            return
+        params = map_params(t.rank)
+        inputs = {}
+        if source.is_literal:
+            code = f"__out = {literal(source.value, dtypes.of(t), storage=True)};"
+        else:
+            inputs["__in"] = Element(source)
+            code = "__out = __in;"
+        subscripts = None if offsets is None else \
+            [f"{o} + {p}" if o else p for o, p in zip(offsets, params)]
+        self.map("copy", t.shape, code, inputs, {"__out": Element(target, subscripts)})
+
+    def propagate_map(self, entry: dace.nodes.MapEntry, exit_: dace.nodes.MapExit) -> None:
+        """The outer memlets of a new top-level map. DaCe's own propagation looks up the
+        map's scope in the whole state, which made translation quadratic in the number of
+        ops; a map made here is never nested, so only the SDFG's symbols are defined."""
+        from dace.sdfg.propagation import propagate_subset
+
+        state, the_map = self.state, entry.map
+        defined = [dace.symbolic.pystr_to_symbolic(name)
+                   for name in (*self.sdfg.symbols, *self.sdfg.constants)]
+        paths = ([(e, [i for i in state.out_edges(entry)
+                       if i.src_conn == "OUT_" + e.dst_conn[3:]], False)
+                  for e in state.in_edges(entry) if e.dst_conn] +
+                 [(e, [i for i in state.in_edges(exit_)
+                       if i.dst_conn == "IN_" + e.src_conn[4:]], True)
+                  for e in state.out_edges(exit_) if e.src_conn])
+        for outer, inner, use_dst in paths:
+            if outer.data.is_empty():
+                continue
+            memlets = [e.data for e in inner]
+            outer.data = propagate_subset(memlets, self.sdfg.arrays[outer.data.data],
+                                          the_map.params, the_map.range,
+                                          defined_variables=defined, use_dst=use_dst)
