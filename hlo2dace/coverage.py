@@ -35,14 +35,13 @@ LEGALISED = {"stablehlo.composite": "a call of its decomposition "
 
 def render() -> str:
     from .frontend.normalize import stablehlo_op_names
-    from .symbolic import symbolic_ops
     from .translate import supported_ops
     from .translate.custom_call import supported_targets
     from .translate.dtypes import SUPPORTED_ELEMENTS, element_type
-    from .translate.registry import elementwise_names
+    from .translate.registry import symbolic_ops
 
     supported = supported_ops()
-    symbolic = set(symbolic_ops()) | set(elementwise_names())
+    symbolic = set(symbolic_ops())
     planned = {f"stablehlo.{op}": where for where, ops in PLANNED.items() for op in ops}
     lines = [
         "# Op coverage",

@@ -25,14 +25,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import dace
+import numpy as np
+import sympy
 from dace.properties import CodeBlock
 from dace.sdfg.state import BreakBlock, ConditionalBlock, ControlFlowRegion, LoopRegion
 
-from .. import ir
+from .. import ir, symbolic
+from . import registry
 from .bindings import TOKEN, Array, Binding, at_most
 from .builder import Builder
 from .emitter import Element
-from .registry import register
+from .registry import define, register
 from .scopes import Scope, updates_in_place
 
 #: carried values of at least this many elements alternate between two buffers in counted
@@ -40,7 +43,33 @@ from .scopes import Scope, updates_in_place
 SWAP_ELEMENTS = 1 << 14
 
 
-@register("func.call", "stablehlo.call")
+def _call_shape(inference, op, operands, shapes, knowns, env):
+    """Each callee is refined once per distinct signature (a clone if signatures differ)."""
+    callee = op.attr("callee").name
+    function = inference.module.functions[callee]
+    key = (callee, tuple(None if s is None else tuple(map(str, s)) for s in shapes),
+           tuple(None if k is None else tuple(map(str, k.flat)) for k in knowns))
+    if key not in inference.clones:
+        taken = {name for name, _ in inference.clones.values()}
+        name, k = callee, 0
+        while name in taken or (name != callee and name in inference.module.functions):
+            k += 1
+            name = f"{callee}_clone{k}"
+        for known, attributes in zip(knowns, function.argument_attributes):
+            global_name = attributes.get("jax.global_constant") if attributes else None
+            if global_name and known is not None and known.size == 1 \
+                    and isinstance(known.flat[0], sympy.Symbol):
+                inference.renames.setdefault(known.flat[0], str(global_name))
+        refined, results, result_knowns = inference.function(function, shapes, knowns, name)
+        inference.functions[name] = refined
+        inference.clones[key] = (name, (results, result_knowns))
+    name, (results, result_knowns) = inference.clones[key]
+    return symbolic.Refined(results, op.regions, ir.freeze({**op.attributes,
+                                                            "callee": ir.SymbolRef(name)}),
+                            result_knowns)
+
+
+@register("func.call", "stablehlo.call", shape_rule=_call_shape)
 def call(b: Builder, op: ir.Op) -> list[Binding]:
     function = b.callee(op)
     destinations = [b.scope.claim(r) for r in op.results]
@@ -53,7 +82,12 @@ def call(b: Builder, op: ir.Op) -> list[Binding]:
     return results
 
 
-@register("stablehlo.after_all", "stablehlo.create_token")
+# terminators: results of their declared types (none)
+define("func.return", shape_rule=symbolic.declared)
+define("stablehlo.return", shape_rule=symbolic.declared)
+
+
+@register("stablehlo.after_all", "stablehlo.create_token", shape_rule=symbolic.declared)
 def token(b: Builder, op: ir.Op) -> list[Binding]:
     """Tokens order side effects; the program runs its ops in order, so they hold nothing."""
     return [TOKEN]
@@ -69,54 +103,80 @@ def _tensor_types(b: Builder, op: ir.Op) -> None:
                                 ["tensors (tuples and tokens are not carried)"])
 
 
-def _splat(block: ir.Block, value: ir.Value):
-    """The scalar of ``value`` if ``block`` defines it with a splat ``constant``."""
-    for op in block.ops:
-        if value in op.results and op.name == "stablehlo.constant":
-            dense = op.attr("value")
-            if isinstance(dense, ir.DenseElements) and dense.is_splat:
-                return dense.array.reshape(-1)[0].item()
-    return None
+def _value(block: ir.Block, value: ir.Value, arguments: dict[str, sympy.Expr]):
+    """What ``block`` computes for the 0-d ``value`` from its ``arguments`` (symbols), by
+    the ops' value rules (``symbolic.py``): a sympy expression, or None."""
+    if value.name in arguments:
+        return arguments[value.name]
+    op = next((o for o in block.ops if value in o.results), None)
+    rule = registry.record(op.name).value_rule if op is not None else None
+    if rule is None or len(op.results) != 1 or op.result.type.rank:
+        return None
+    knowns = []
+    for operand in op.operands:
+        value = _value(block, operand, arguments)
+        knowns.append(None if value is None else np.empty(operand.type.shape, dtype=object))
+        if value is not None:
+            knowns[-1].fill(value)
+    try:
+        found = rule(op, knowns, [v.type.shape for v in op.operands])
+    except (TypeError, ValueError, AttributeError):
+        return None
+    return None if not found else sympy.sympify(found[0])
 
 
 def _counted(op: ir.Op) -> tuple[int, int | None, int, int] | None:
     """``(counter, bound slot or None, bound constant, step)`` if ``op`` is a counted loop:
-    the condition is ``compare LT, counter, bound`` on a signed integer, the bound a
-    constant or a carried value the body passes through, and the body adds a positive
-    constant to the counter."""
+    its condition is ``counter < bound`` on a signed integer, the bound a constant or a
+    carried value the body passes through, and the body adds a positive constant to the
+    counter. Found by computing the condition and the counter's next value as expressions
+    of symbols standing for the carried values."""
     cond, body = op.regions[0].entry, op.regions[1].entry
-    compare = next((o for o in cond.ops if cond.terminator.operands
-                    and cond.terminator.operands[0] in o.results), None)
-    if (compare is None or compare.name != "stablehlo.compare"
-            or str(compare.attr("comparison_direction")) != "LT"):
+    carried = [sympy.Symbol(f"c{k}", integer=True) for k in range(len(cond.arguments))]
+    condition = _value(cond, cond.terminator.operands[0],
+                       {a.name: c for a, c in zip(cond.arguments, carried)})
+    if not isinstance(condition, sympy.StrictLessThan) or condition.lhs not in carried:
         return None
-    lhs, rhs = compare.operands
-    if lhs not in cond.arguments or lhs.type.element not in ("i32", "i64") or lhs.type.rank:
+    counter = carried.index(condition.lhs)
+    if (cond.arguments[counter].type.element not in ("i32", "i64")
+            or cond.arguments[counter].type.rank):
         return None
-    counter = cond.arguments.index(lhs)
     bound_slot, bound = None, 0
-    if rhs in cond.arguments:
-        bound_slot = cond.arguments.index(rhs)
+    if condition.rhs in carried:
+        bound_slot = carried.index(condition.rhs)
         if body.terminator.operands[bound_slot] != body.arguments[bound_slot]:
             return None
+    elif condition.rhs.is_Integer:
+        bound = int(condition.rhs)
     else:
-        bound = _splat(cond, rhs)
-        if bound is None:
-            return None
-    step_value = body.terminator.operands[counter]
-    increment = next((o for o in body.ops if step_value in o.results), None)
-    if increment is None or increment.name != "stablehlo.add":
         return None
-    a, c = increment.operands
-    if c == body.arguments[counter]:
-        a, c = c, a
-    step = _splat(body, c)
-    if a != body.arguments[counter] or not isinstance(step, int) or step <= 0:
+    step = _value(body, body.terminator.operands[counter],
+                  {body.arguments[counter].name: carried[counter]})
+    step = None if step is None else sympy.expand(step - carried[counter])
+    if step is None or not step.is_Integer or int(step) <= 0:
         return None
-    return counter, bound_slot, bound, step
+    return counter, bound_slot, bound, int(step)
 
 
-@register("stablehlo.while")
+def _while_shape(inference, op, operands, shapes, knowns, env):
+    """Loop-carried values keep their shapes; their contents are not known (they change)."""
+    regions = []
+    for region in op.regions:
+        inner = env.inner()
+        block = region.entry
+        arguments = [inference.refined_value(v, s, inner.shape)
+                     for v, s in zip(block.arguments, shapes)]
+        refined, results, _ = inference.block(block, arguments, inner)
+        if region is op.regions[1]:
+            for before, after in zip(shapes, results):
+                if before is not None:
+                    for a, b in zip(before, after):
+                        inference.unify(a, b, op)
+        regions.append(ir.Region((refined,)))
+    return symbolic.Refined(shapes, tuple(regions), op.attributes)
+
+
+@register("stablehlo.while", shape_rule=_while_shape)
 def while_loop(b: Builder, op: ir.Op) -> list[Binding]:
     _tensor_types(b, op)
     body = op.regions[1].entry
@@ -292,7 +352,18 @@ def _body(b: Builder, op: ir.Op, sources: Sequence[Binding], targets: dict[int, 
 # ------------------------------------------------------------------------ case / if
 
 
-@register("stablehlo.case", "stablehlo.if")
+def _branches_shape(inference, op, operands, shapes, knowns, env):
+    regions, outcome = [], None
+    for region in op.regions:
+        refined, results, _ = inference.block(region.entry, [], env.inner())
+        outcome = results if outcome is None else [
+            None if a is None else tuple(inference.unify(x, y, op) for x, y in zip(a, b))
+            for a, b in zip(outcome, results)]
+        regions.append(ir.Region((refined,)))
+    return symbolic.Refined(outcome, tuple(regions), op.attributes)
+
+
+@register("stablehlo.case", "stablehlo.if", shape_rule=_branches_shape)
 def conditional(b: Builder, op: ir.Op) -> list[Binding]:
     """``case``: branch ``index`` (the last one when it is out of range); ``if``: the first
     region when the predicate holds, else the second."""

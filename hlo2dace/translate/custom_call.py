@@ -19,8 +19,9 @@ from types import MappingProxyType
 from typing import Any, Callable, Mapping, Sequence, Union
 
 import dace.library
+import sympy
 
-from .. import ir
+from .. import ir, symbolic
 from ..errors import ArgumentError
 from . import dtypes
 from .bindings import Array, Axis, Binding, Literal, View
@@ -106,7 +107,24 @@ def _layouts(b: Builder, attribute, values: Sequence[ir.Value], what: str):
     return tuple(layouts)
 
 
-@register("stablehlo.custom_call")
+def _custom_call_shape(inference, op, operands, shapes, knowns, env):
+    """JAX's shape assertions become checks on the symbols; other calls need static
+    shapes."""
+    if op.attr("call_target_name") != "shape_assertion":
+        if any(not symbolic.is_static(v.type) for v in (*operands, *op.results)
+               if isinstance(v.type, ir.TensorType)):
+            raise symbolic.NeedsSpecialisation(op.name, "a custom call with dynamic shapes",
+                                               op.location)
+        return [None] * len(op.results)
+    (predicate,) = symbolic.known_dims(op, knowns, 0)
+    values = [str(symbolic.known_dims(op, knowns, k)[0]) for k in range(1, len(operands))]
+    if predicate is not sympy.true and predicate is not True:
+        inference.checks.append(symbolic.Check(str(predicate), op.attr("error_message", ""),
+                                               tuple(values)))
+    return []
+
+
+@register("stablehlo.custom_call", shape_rule=_custom_call_shape)
 def custom_call(b: Builder, op: ir.Op) -> list[Binding]:
     """The translator registered for the target (``register_target``): it returns the
     bindings of the call's results, as op translators do."""

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import ml_dtypes
 import numpy as np
+import sympy
 
-from .. import ir
+from .. import ir, symbolic
 from ..errors import UnsupportedError
 from .bindings import Binding
 from .builder import Builder
@@ -288,6 +289,61 @@ KNOWN = {
 }
 
 
+_SYMBOLIC_COMPARISONS = {"EQ": sympy.Eq, "NE": sympy.Ne, "GE": sympy.Ge, "GT": sympy.Gt,
+                         "LE": sympy.Le, "LT": sympy.Lt}
+
+
+def _symbolic(function):
+    """The value rule (``symbolic.py``) of an op computing ``function`` of its operands'
+    elements as sympy expressions."""
+    def rule(op, knowns, shapes):
+        flat = symbolic.flat_values(op, knowns)
+        return None if flat is None else [function(op, *args) for args in zip(*flat)]
+    return rule
+
+
+def _symbolic_logic(function):
+    """``function`` on booleans only (sympy's And/Or are not bitwise)."""
+    def rule(op, knowns, shapes):
+        return _symbolic(function)(op, knowns, shapes) \
+            if ir.is_bool(op.results[0].type.element) else None
+    return rule
+
+
+def _symbolic_convert(op, knowns, shapes):
+    known, t = knowns[0], op.results[0].type
+    if known is None:
+        return None
+    source = op.operands[0].type.element
+    if ir.is_bool(t.element) and not ir.is_bool(source):
+        return [sympy.Ne(v, 0) for v in known.flat]
+    if ir.is_bool(source) and not ir.is_bool(t.element):
+        return [sympy.Piecewise((1, v), (0, True)) for v in known.flat]
+    return list(known.flat)
+
+
+#: how an op computes the contents of small integer tensors from the module's size
+#: symbols (``symbolic.py``: shape operands of dynamic ops, JAX's shape assertions);
+#: integer division and remainder round toward zero
+VALUE_RULES = {
+    "add": _symbolic(lambda op, a, b: a + b),
+    "subtract": _symbolic(lambda op, a, b: a - b),
+    "multiply": _symbolic(lambda op, a, b: a * b),
+    "divide": _symbolic(lambda op, a, b: sympy.sign(a * b) * (abs(a) // abs(b))),
+    "remainder": _symbolic(lambda op, a, b: sympy.sign(a) * (abs(a) % abs(b))),
+    "maximum": _symbolic(lambda op, a, b: sympy.Max(a, b)),
+    "minimum": _symbolic(lambda op, a, b: sympy.Min(a, b)),
+    "and": _symbolic_logic(lambda op, a, b: sympy.And(a, b)),
+    "or": _symbolic_logic(lambda op, a, b: sympy.Or(a, b)),
+    "compare": _symbolic(lambda op, a, b: _SYMBOLIC_COMPARISONS[
+        op.attr("comparison_direction").value](a, b)),
+    "select": _symbolic(lambda op, p, a, b: sympy.Piecewise((a, p), (b, True))),
+    "not": _symbolic(lambda op, a: sympy.Not(a) if ir.is_bool(op.results[0].type.element)
+                     else -a - 1),
+    "convert": _symbolic_convert,
+}
+
+
 def _from_template(template: str):
     def expression(op, args, ins, out):
         return template.format(*args)
@@ -299,7 +355,7 @@ for _name, _expression in [*((n, _from_template(t)) for n, t in TEMPLATES.items(
     register_elementwise(f"stablehlo.{_name}", _expression,
                          when=_same_width if _name == "bitcast_convert" else None,
                          identity=IDENTITIES.get(_name), expensive=_name in EXPENSIVE,
-                         known=KNOWN.get(_name))
+                         known=KNOWN.get(_name), value_rule=VALUE_RULES.get(_name))
 
 
 @register("stablehlo.map")

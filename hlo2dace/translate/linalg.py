@@ -301,7 +301,22 @@ class _Product:
         return out
 
 
-@register("stablehlo.dot_general")
+def _dot_general_shape(inference, op, operands, shapes, knowns, env):
+    numbers = op.attr("dot_dimension_numbers")
+    lb = numbers.get("lhs_batching_dimensions", ())
+    rb = numbers.get("rhs_batching_dimensions", ())
+    lc = numbers.get("lhs_contracting_dimensions", ())
+    rc = numbers.get("rhs_contracting_dimensions", ())
+    lhs, rhs = shapes
+    batch = [inference.unify(lhs[i], rhs[j], op) for i, j in zip(lb, rb)]
+    for i, j in zip(lc, rc):
+        inference.unify(lhs[i], rhs[j], op)
+    free_l = [d for k, d in enumerate(lhs) if k not in lb and k not in lc]
+    free_r = [d for k, d in enumerate(rhs) if k not in rb and k not in rc]
+    return [tuple(batch + free_l + free_r)]
+
+
+@register("stablehlo.dot_general", shape_rule=_dot_general_shape)
 def dot_general(b: Builder, op: ir.Op) -> list[Binding]:
     lhs, rhs = op.operands
     numbers = op.attr("dot_dimension_numbers")

@@ -229,7 +229,17 @@ def _identity(op: ir.Op) -> object | None:
     return None if identity is None else identity(dtypes.of(op.results[0].type))
 
 
-@register("stablehlo.reduce")
+def _reduce_shape(inference, op, operands, shapes, knowns, env):
+    half = len(operands) // 2
+    dims = set(op.attr("dimensions"))
+    shape = shapes[0]
+    for other in shapes[1:half]:
+        shape = tuple(inference.unify(a, b, op) for a, b in zip(shape, other))
+    symbolic.check_scalar_body(op)
+    return [tuple(d for k, d in enumerate(shape) if k not in dims)] * half
+
+
+@register("stablehlo.reduce", shape_rule=_reduce_shape)
 def reduce(b: Builder, op: ir.Op) -> list[Binding]:
     dimensions = tuple(int(d) for d in op.attr("dimensions"))
     shape = op.operands[0].type.shape

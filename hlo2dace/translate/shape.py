@@ -5,8 +5,9 @@ through memlets; the rest writes arrays with one map each."""
 from __future__ import annotations
 
 import numpy as np
+import sympy
 
-from .. import ir
+from .. import ir, symbolic
 from . import dtypes
 from .bindings import (
     Array,
@@ -27,7 +28,7 @@ from .bindings import (
 from .builder import Builder
 from .emitter import Element, Value, Whole
 from .known import result_dtype
-from .registry import register, register_elementwise
+from .registry import define, register, register_elementwise
 
 
 def _view(b: Builder, operand: ir.Value, result: ir.Value, axes: list[Axis]) -> list[Binding]:
@@ -61,7 +62,17 @@ def _known_constant(op, operand):
     return np.broadcast_to(op.attr("value").array, op.result.type.shape)
 
 
-@register("stablehlo.constant", known=_known_constant)
+def _constant_values(op, knowns, shapes):
+    t = op.results[0].type
+    if (ir.is_integer(t.element) or ir.is_bool(t.element)) and symbolic.is_static(t) \
+            and t.size <= 64:
+        return [sympy.sympify(bool(v) if ir.is_bool(t.element) else int(v))
+                for v in np.asarray(op.attr("value").array).reshape(-1)]
+    return None
+
+
+@register("stablehlo.constant", known=_known_constant, shape_rule=symbolic.declared,
+          value_rule=_constant_values)
 def constant(b: Builder, op: ir.Op) -> list[Binding]:
     dense = op.attr("value")
     t = op.result.type
@@ -87,7 +98,23 @@ def _known_iota(op, operand):
         result_dtype(op))
 
 
-register_elementwise("stablehlo.iota", _iota, family="shape", indexed=True, known=_known_iota)
+register_elementwise("stablehlo.iota", _iota, family="shape", indexed=True, known=_known_iota,
+                     shape_rule=symbolic.declared)
+
+
+def _dynamic_iota_shape(inference, op, operands, shapes, knowns, env):
+    """Sized by its shape operand: becomes ``iota`` of that (symbolic) type."""
+    result = tuple(symbolic.known_dims(op, knowns, len(operands) - 1))
+    return symbolic.Refined([result], op.regions, _kept(op, "iota_dimension"),
+                            static_form=("stablehlo.iota", 0))
+
+
+def _kept(op: ir.Op, *names: str):
+    """``op``'s attributes ``names``, as its static form keeps them."""
+    return ir.freeze({k: v for k, v in op.attributes.items() if k in names})
+
+
+define("stablehlo.dynamic_iota", shape_rule=_dynamic_iota_shape)
 
 
 def _known_broadcast(op, operand):
@@ -98,7 +125,36 @@ def _known_broadcast(op, operand):
     return np.broadcast_to(source.reshape(shape), t.shape)
 
 
-@register("stablehlo.broadcast_in_dim", known=_known_broadcast)
+def _broadcast_shape(inference, op, operands, shapes, knowns, env):
+    result = [None] * op.results[0].type.rank
+    for j, d in enumerate(op.attr("broadcast_dimensions")):
+        if shapes[0][j] != 1:
+            result[d] = shapes[0][j]
+    return [tuple(result)]
+
+
+def _broadcast_values(op, knowns, shapes):
+    known, t = knowns[0], op.results[0].type
+    if known is None or not symbolic.is_static(t) or known.size != 1:
+        return None
+    return [known.flat[0]] * t.size
+
+
+def _dynamic_broadcast_shape(inference, op, operands, shapes, knowns, env):
+    """Sized by its shape operand: becomes ``broadcast_in_dim`` of that (symbolic) type."""
+    result = symbolic.known_dims(op, knowns, 1)
+    for j, d in enumerate(op.attr("broadcast_dimensions")):
+        if shapes[0][j] != 1:
+            inference.unify(shapes[0][j], result[d], op)
+    return symbolic.Refined([tuple(result)], op.regions, _kept(op, "broadcast_dimensions"),
+                            static_form=("stablehlo.broadcast_in_dim", 1))
+
+
+define("stablehlo.dynamic_broadcast_in_dim", shape_rule=_dynamic_broadcast_shape)
+
+
+@register("stablehlo.broadcast_in_dim", known=_known_broadcast, shape_rule=_broadcast_shape,
+          value_rule=_broadcast_values, scalar_alias=True)
 @register("stablehlo.broadcast")
 def broadcast_in_dim(b: Builder, op: ir.Op) -> list[Binding]:
     """``broadcast`` (the older form) prepends the ``broadcast_sizes`` dimensions."""
@@ -116,8 +172,12 @@ def broadcast_in_dim(b: Builder, op: ir.Op) -> list[Binding]:
     return _view(b, operand, op.result, axes)
 
 
+def _transpose_shape(inference, op, operands, shapes, knowns, env):
+    return [tuple(shapes[0][p] for p in op.attr("permutation"))]
+
+
 @register("stablehlo.transpose", known=lambda op, operand: operand(0).transpose(
-    [int(d) for d in op.attr("permutation")]))
+    [int(d) for d in op.attr("permutation")]), shape_rule=_transpose_shape)
 def transpose(b: Builder, op: ir.Op) -> list[Binding]:
     permutation = op.attr("permutation")
     axes = [Axis(permutation.index(d)) for d in range(len(permutation))]
@@ -131,7 +191,15 @@ def _known_slice(op, operand):
                             for s, e, k in zip(starts, limits, strides))]
 
 
-@register("stablehlo.slice", known=_known_slice)
+def _slice_values(op, knowns, shapes):
+    if knowns[0] is None or knowns[0].ndim != 1:
+        return None
+    (start,), (limit,), (stride,) = (op.attr(k) for k in ("start_indices", "limit_indices",
+                                                          "strides"))
+    return list(knowns[0][start:limit:stride])
+
+
+@register("stablehlo.slice", known=_known_slice, value_rule=_slice_values)
 def slice_(b: Builder, op: ir.Op) -> list[Binding]:
     starts, strides = op.attr("start_indices"), op.attr("strides")
     axes = [Axis(d, stride, start) for d, (start, stride) in enumerate(zip(starts, strides))]
@@ -139,7 +207,7 @@ def slice_(b: Builder, op: ir.Op) -> list[Binding]:
 
 
 @register("stablehlo.reverse", known=lambda op, operand: np.flip(
-    operand(0), [int(d) for d in op.attr("dimensions")]))
+    operand(0), [int(d) for d in op.attr("dimensions")]), shape_rule=symbolic.same_shapes)
 def reverse(b: Builder, op: ir.Op) -> list[Binding]:
     shape = op.result.type.shape
     reversed_dims = set(op.attr("dimensions"))
@@ -148,8 +216,33 @@ def reverse(b: Builder, op: ir.Op) -> list[Binding]:
     return _view(b, op.operands[0], op.result, axes)
 
 
+def _reshape_shape(inference, op, operands, shapes, knowns, env):
+    result = op.results[0].type.shape
+    inference.unify(symbolic.as_dim(sympy.Mul(*shapes[0])), symbolic.as_dim(sympy.Mul(*result)),
+                    op)
+    return [result]
+
+
+def _dynamic_reshape_shape(inference, op, operands, shapes, knowns, env):
+    """Sized by its shape operand: becomes ``reshape`` to that (symbolic) type."""
+    result = tuple(symbolic.known_dims(op, knowns, len(operands) - 1))
+    inference.unify(symbolic.as_dim(sympy.Mul(*shapes[0])), symbolic.as_dim(sympy.Mul(*result)),
+                    op)
+    return symbolic.Refined([result], op.regions, _kept(op),
+                            static_form=("stablehlo.reshape", 1))
+
+
+define("stablehlo.dynamic_reshape", shape_rule=_dynamic_reshape_shape)
+
+
+def same_values(op, knowns, shapes):
+    """The value rule of ops whose result holds the operand's elements in order."""
+    return None if knowns[0] is None else list(knowns[0].flat)
+
+
 @register("stablehlo.reshape",
-          known=lambda op, operand: operand(0).astype(result_dtype(op)))
+          known=lambda op, operand: operand(0).astype(result_dtype(op)),
+          shape_rule=_reshape_shape, value_rule=same_values, scalar_alias=True)
 def reshape(b: Builder, op: ir.Op) -> list[Binding]:
     (operand,) = op.operands
     source_shape = [n for n in operand.type.shape]
@@ -184,8 +277,25 @@ def reshape(b: Builder, op: ir.Op) -> list[Binding]:
     return [target]
 
 
+def _concatenate_shape(inference, op, operands, shapes, knowns, env):
+    axis = op.attr("dimension")
+    shape = list(shapes[0])
+    for other in shapes[1:]:
+        for k in range(len(shape)):
+            shape[k] = symbolic.as_dim(shape[k] + other[k]) if k == axis else \
+                inference.unify(shape[k], other[k], op)
+    return [tuple(shape)]
+
+
+def _concatenate_values(op, knowns, shapes):
+    if any(k is None or k.ndim != 1 for k in knowns):
+        return None
+    return [v for k in knowns for v in k.flat]
+
+
 @register("stablehlo.concatenate", known=lambda op, operand: np.concatenate(
-    [operand(k) for k in range(len(op.operands))], axis=int(op.attr("dimension"))))
+    [operand(k) for k in range(len(op.operands))], axis=int(op.attr("dimension"))),
+    shape_rule=_concatenate_shape, value_rule=_concatenate_values)
 def concatenate(b: Builder, op: ir.Op) -> list[Binding]:
     """Bound lazily (``Pieces``): an elementwise consumer reads each element from the
     operand it falls in, so ``jnp.roll`` and friends cost no copy; a function result is
@@ -238,7 +348,19 @@ def clamped_starts(values: list[ir.Value], starts: list[str], sizes, shape) -> l
     return out
 
 
-@register("stablehlo.dynamic_slice")
+def _window_shape(inference, op, operands, shapes, knowns, env):
+    """A window of static sizes in a dimension that may be a symbol: the dimension must
+    hold it (its start is clamped into ``[0, n - k]``)."""
+    slicing = op.attr("slice_sizes") is not None
+    sizes = op.attr("slice_sizes") if slicing else shapes[1]
+    for n, k in zip(shapes[0], sizes):
+        if not (isinstance(n, int) and isinstance(k, int)):
+            inference.require(sympy.Ge(n, k), op, "needs dimension {0} to hold a window of "
+                              "{1}", n, k)
+    return [None] if slicing else [shapes[0]]
+
+
+@register("stablehlo.dynamic_slice", shape_rule=_window_shape)
 def dynamic_slice(b: Builder, op: ir.Op) -> list[Binding]:
     operand, *start_values = op.operands
     sizes = op.attr("slice_sizes")
@@ -274,7 +396,8 @@ def real_dynamic_slice(b: Builder, op: ir.Op) -> list[Binding]:
     return [target]
 
 
-@register("stablehlo.dynamic_update_slice", updates=lambda op: {0: 0})
+@register("stablehlo.dynamic_update_slice", updates=lambda op: {0: 0},
+          shape_rule=_window_shape)
 def dynamic_update_slice(b: Builder, op: ir.Op) -> list[Binding]:
     operand, update, *start_values = op.operands
     shape, sizes = operand.type.shape, update.type.shape
@@ -349,7 +472,8 @@ def bitcast_convert(b: Builder, op: ir.Op) -> list[Binding]:
     return [target]
 
 
-@register("stablehlo.optimization_barrier")
+@register("stablehlo.optimization_barrier", shape_rule=symbolic.same_shapes,
+          value_rule=same_values, scalar_alias=True)
 def optimization_barrier(b: Builder, op: ir.Op) -> list[Binding]:
     return [b.binding(operand) for operand in op.operands]
 
@@ -365,7 +489,12 @@ def get_tuple_element(b: Builder, op: ir.Op) -> list[Binding]:
 
 
 
-@register("stablehlo.get_dimension_size")
+def _dimension_size_values(op, knowns, shapes):
+    return [sympy.sympify(shapes[0][op.attr("dimension")])]
+
+
+@register("stablehlo.get_dimension_size", shape_rule=symbolic.declared,
+          value_rule=_dimension_size_values)
 def get_dimension_size(b: Builder, op: ir.Op) -> list[Binding]:
     """A static dimension's size is a constant (``chlo.scan`` asks for it); a symbolic one
     is written at run time from the program's symbols."""
