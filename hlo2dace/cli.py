@@ -186,6 +186,8 @@ def _show_stages(stream):
 
 
 def main(argv=None) -> int:
+    """The command line: one sub-command per job, all sharing the module loading, the
+    optimisation level and the error report (an Hlo2DaceError on stderr, exit status 2)."""
     parser = argparse.ArgumentParser(prog="hlo2dace", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     convert = commands.add_parser("convert", help="translate a module into an SDFG file")

@@ -144,6 +144,8 @@ class CompareReport:
         return all(o.ok for o in self.outputs)
 
     def __str__(self) -> str:
+        """One row per output, the columns lined up, then a legend: a reader sees at once
+        whether each output is right and why, without reading the numbers first."""
         header = ("output", "shape", "dtype", "max abs err", "normwise err", "tolerance",
                   "ULP max", "ULP median", "near 0", "verdict")
         rows = [header]

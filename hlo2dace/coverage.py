@@ -34,6 +34,9 @@ LEGALISED = {"stablehlo.composite": "a call of its decomposition "
 
 
 def render() -> str:
+    """docs/ops.md from the registry (every op, its family, whether it keeps symbolic
+    sizes), the element types, the custom-call targets and the StableHLO ops not supported
+    yet: written from the code so that it cannot go stale."""
     from .frontend.normalize import stablehlo_op_names
     from .translate import supported_ops
     from .translate.custom_call import supported_targets

@@ -181,6 +181,10 @@ class Inference:
                 [env.known.get(v.name) for v in terminator.operands])
 
     def op(self, op: ir.Op, env: Env) -> ir.Op:
+        """``op`` with symbolic sizes in its result types: its record's shape rule (or the
+        elementwise one) gives them, its value rule the contents of small integer results;
+        dynamic ops become their static forms. One op at a time, so a rule sees only
+        what refined operands it needs."""
         operands = tuple(env.rename.get(v.name, v) for v in op.operands)
         shapes = [env.shape.get(v.name) for v in operands]
         knowns = [env.known.get(v.name) for v in operands]

@@ -399,10 +399,10 @@ def _dense_from_literal(content: str, element: str, dtype: np.dtype,
     return _finish(array, shape, size, splat)
 
 
-# ---------------------------------------------------------------------------- builder
+# ---------------------------------------------------------------------------- lark tree to IR
 
 
-class _Builder(Transformer):
+class _TreeToIR(Transformer):
     """The lark callbacks; one instance, its per-parse state reset by :meth:`reset`."""
 
     def __init__(self) -> None:
@@ -479,6 +479,9 @@ class _Builder(Transformer):
     # ---------------------------------------------------------------- operations
 
     def operation(self, c):
+        """One op in MLIR's generic form: its operand names resolved against the
+        function type, its results typed, its attributes and regions attached; the one rule
+        that builds ``ir.Op``, whatever the op."""
         results, name_token, operands, _successors, props, regions, attrs, ftype, loc = c
         name = _unescape(name_token.value)
         inputs, outputs = ftype.inputs, ftype.results
@@ -998,20 +1001,20 @@ class _Builder(Transformer):
 
 _build_lock = threading.Lock()
 _parse_lock = threading.Lock()
-_parser: tuple[Lark, _Builder] | None = None
+_parser: tuple[Lark, _TreeToIR] | None = None
 
 
-def _get_parser() -> tuple[Lark, _Builder]:
+def _get_parser() -> tuple[Lark, _TreeToIR]:
     global _parser
     if _parser is None:
         with _build_lock:
             if _parser is None:
-                builder = _Builder()
+                tree_to_ir = _TreeToIR()
                 lark = Lark(GRAMMAR_PATH.read_text(encoding="utf-8"), parser="lalr",
                             lexer="contextual", start=["start", "prelude", "struct_fields"],
-                            transformer=builder, maybe_placeholders=True)
-                builder.lark = lark
-                _parser = (lark, builder)
+                            transformer=tree_to_ir, maybe_placeholders=True)
+                tree_to_ir.lark = lark
+                _parser = (lark, tree_to_ir)
     return _parser
 
 
@@ -1089,19 +1092,19 @@ def parse_module(text: str) -> ir.Module:
     if not isinstance(text, str):
         raise ParseError(f"expected the module's text as str, got {type(text).__name__}")
     try:
-        lark, builder = _get_parser()
+        lark, tree_to_ir = _get_parser()
     except Exception as error:  # a missing or broken grammar file
         raise ParseError(f"cannot load the grammar {GRAMMAR_PATH}: {error}") from None
     prelude, body = _split_passes(text)
     with _parse_lock:
-        builder.reset()
+        tree_to_ir.reset()
         current = prelude
         try:
             lark.parse(prelude, start="prelude")
-            builder.resolve_locations = True
+            tree_to_ir.resolve_locations = True
             current = body
             ops = lark.parse(body, start="start")
-            return _build_module(ops, builder.positions, text)
+            return _build_module(ops, tree_to_ir.positions, text)
         except ParseError:
             raise
         except _Error as error:
@@ -1119,13 +1122,16 @@ def parse_module(text: str) -> ir.Module:
             raise ParseError(f"internal error while parsing: {type(error).__name__}: "
                              f"{error}") from None
         finally:
-            builder.reset()
+            tree_to_ir.reset()
 
 
 # ------------------------------------------------------------------- module assembly
 
 
 def _build_module(ops: list, positions: dict, text: str) -> ir.Module:
+    """The IR module from the parsed top-level ops: functions by name, their
+    arguments' attributes, and a ParseError (with line and column) for anything that is
+    not a function or names one twice."""
     def fail(op: ir.Op | None, message: str) -> ParseError:
         line, column = positions.get(id(op), (None, None))
         return _error(text, message, line, column)

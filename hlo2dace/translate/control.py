@@ -217,6 +217,9 @@ def _loop_bound(b: Builder, value: ir.Value, assignments: dict[str, str]) -> str
 
 def _counted_loop(b: Builder, op: ir.Op, counted, bindings: list[Binding],
                   carries: dict[int, Array]) -> None:
+    """A DaCe for-loop over a symbol: the counter's array is written from the symbol
+    first in each iteration, so the condition region is never run; carried values that
+    cannot be updated in place alternate between two buffers (two iterations per trip)."""
     counter, bound_slot, bound, step = counted
     assignments: dict[str, str] = {}
     start = _loop_bound(b, op.operands[counter], assignments)

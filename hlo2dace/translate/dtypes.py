@@ -147,6 +147,8 @@ SMALL_FLOATS = {
 
 
 def _entries():
+    """Every element type's NumPy dtype, DaCe storage type and C++ compute type, in one
+    table: the only place that maps element types."""
     table = {
         "i1": (np.bool_, dace.bool_, "bool"),
         "f32": (np.float32, dace.float32, "float"),

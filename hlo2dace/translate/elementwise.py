@@ -135,6 +135,8 @@ def _compare(op, args, ins, out):
 
 
 def _convert(op, args, ins, out: ElementType):
+    """C++ of a conversion as XLA converts: bits tested for 16-bit and small floats to
+    bool, saturation and NaN to 0 for floats to integers, small floats rounded once."""
     (source,) = ins
     (x,) = args
     if source.is_stored_as_bits and source.element != "f16" and out.is_bool:

@@ -24,12 +24,12 @@ enum Kind { FFT = 0, IFFT = 1, RFFT = 2, IRFFT = 3 };
 enum Step { C2C_FORWARD = 0, C2C_BACKWARD = 1, R2C = 2, C2R = 3 };
 
 // transforms of fewer elements (times log2 of the length) run on one thread
-constexpr int64_t PARALLEL_WORK = int64_t(1) << 18;
+constexpr int64_t PARALLEL_FFT_WORK = int64_t(1) << 18;
 
 inline bool parallel(int64_t count, int64_t n) {
     int64_t work = count * n;
     for (int64_t m = n; m > 1; m /= 2) work += count * n;
-    return work >= PARALLEL_WORK;
+    return work >= PARALLEL_FFT_WORK;
 }
 
 template <typename T> struct Fftw;
@@ -146,7 +146,7 @@ void columns(Step step, int64_t outer, int64_t n, int64_t inner, const std::comp
 }
 
 template <typename T> void scale(T* data, int64_t n, T factor) {
-#pragma omp parallel for schedule(static) if (n >= PARALLEL_WORK)
+#pragma omp parallel for schedule(static) if (n >= PARALLEL_FFT_WORK)
     for (int64_t i = 0; i < n; ++i) data[i] *= factor;
 }
 

@@ -91,6 +91,9 @@ def _numbers(b: Builder, op: ir.Op, name: str) -> dict:
 
 @register("stablehlo.gather")
 def gather(b: Builder, op: ir.Op) -> list[Binding]:
+    """One map over the result: each element reads its start index vector, clamps it
+    as the spec says, and reads the operand in place (through a view's source too), so a
+    gather writes nothing but its result."""
     operand, indices = op.operands
     numbers = _numbers(b, op, "dimension_numbers")
     offset_dims = numbers.get("offset_dims", ())

@@ -85,8 +85,8 @@ def blas_implementation() -> str:
 def precision_key(element: ElementType) -> tuple:
     """XLA's order of precision (primitive_util::HigherPrecisionType): complex over real,
     then a float's range and significand, then bit width, then signed over unsigned."""
-    component = dtypes.element_type({"complex<f32>": "f32", "complex<f64>": "f64"}.get(
-        element.element, element.element))
+    component = dtypes.element_type(ir.complex_part(element.element) if element.is_complex
+                                    else element.element)
     overflow = significand = -1
     if component.is_float:
         info = ml_dtypes.finfo(component.numpy)

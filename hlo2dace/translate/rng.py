@@ -44,6 +44,8 @@ WORK = 16
 
 @register("stablehlo.rng_bit_generator")
 def rng_bit_generator(b: Builder, op: ir.Op) -> list[Binding]:
+    """XLA's random bits (Threefry or Philox, bit for bit): one map writes the
+    values, another the advanced state."""
     (state,), (new_state, output) = op.operands, op.results
     algorithm = ALGORITHMS.get(str(op.attr("rng_algorithm", "DEFAULT")))
     if algorithm is None:

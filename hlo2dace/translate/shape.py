@@ -244,6 +244,8 @@ def same_values(op, knowns, shapes):
           known=lambda op, operand: operand(0).astype(result_dtype(op)),
           shape_rule=_reshape_shape, value_rule=same_values, scalar_alias=True)
 def reshape(b: Builder, op: ir.Op) -> list[Binding]:
+    """A view where only unit dimensions come or go; otherwise one map that reads each
+    element where it lies (through a view's source too), so no copy precedes it."""
     (operand,) = op.operands
     source_shape = [n for n in operand.type.shape]
     result_shape = list(op.result.type.shape)
