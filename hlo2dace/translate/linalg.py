@@ -590,6 +590,20 @@ def _in_eigen_order(product: _Product, accumulate: ElementType) -> bool:
             and batch * product.m * product.n * product.k <= EIGEN_ORDER_WORK)
 
 
+def _strided_operands(b: Builder, op: ir.Op, product: _Product
+                      ) -> tuple[Operand, Operand, tuple[int, int, int, int]]:
+    """Both operands for a loop nest, read where they lie unless their free or contracted
+    dimensions do not index like one dimension each (then copied once), and the strides of
+    lhs free, lhs contracted, rhs free, rhs contracted (0 for a group of one element)."""
+    def fits(side, operand, order):
+        return product.groups(side, operand, order)[0]
+
+    (a, x), order = _arrange(b, op, product, fits, None)
+    _, a_free, a_k = product.groups(0, a, order)
+    _, x_free, x_k = product.groups(1, x, order)
+    return a, x, tuple(stride or 0 for stride in (a_free, a_k, x_free, x_k))
+
+
 def _complex_product(b: Builder, op: ir.Op, product: _Product, compute: ElementType,
                      target: Array) -> None:
     """A complex product, an operand of another type converted as it is read (XLA
@@ -597,14 +611,7 @@ def _complex_product(b: Builder, op: ir.Op, product: _Product, compute: ElementT
     (``h2d::eigen_cdot``): bit for bit XLA's results, where OpenBLAS's FMAs and order
     were 8 to 172 ULP off in components that cancel. One tasklet, parallel over rows."""
     m, n, k = product.m, product.n, product.k
-
-    def fits(side, operand, order):
-        return product.groups(side, operand, order)[0]
-
-    (a, x), order = _arrange(b, op, product, fits, None)
-    _, a_free, a_k = product.groups(0, a, order)
-    _, x_free, x_k = product.groups(1, x, order)
-    a_free, a_k, x_free, x_k = (stride or 0 for stride in (a_free, a_k, x_free, x_k))
+    a, x, (a_free, a_k, x_free, x_k) = _strided_operands(b, op, product)
     real = "float" if compute.element == "complex<f32>" else "double"
     batch = [product.shapes[0][pair[0]] for pair in product.batch]
     rows = math.prod(batch) * m
@@ -651,14 +658,7 @@ def _loop_product(b: Builder, op: ir.Op, product: _Product, compute: ElementType
     that GCC vectorises them; the ``h2d::scalar_loop`` calls sit in the outer loops (no
     map surrounds this loop nest: there is no map loop to vectorise across it)."""
     m, n, k = product.m, product.n, product.k
-
-    def fits(side, operand, order):
-        return product.groups(side, operand, order)[0]
-
-    (a, x), order = _arrange(b, op, product, fits, None)
-    _, a_free, a_k = product.groups(0, a, order)
-    _, x_free, x_k = product.groups(1, x, order)
-    a_free, a_k, x_free, x_k = (stride or 0 for stride in (a_free, a_k, x_free, x_k))
+    a, x, (a_free, a_k, x_free, x_k) = _strided_operands(b, op, product)
     result = dtypes.of(op.result.type)
     batch = [product.shapes[0][pair[0]] for pair in product.batch]
     rows = math.prod(batch) * m
