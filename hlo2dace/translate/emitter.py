@@ -42,6 +42,12 @@ NO_LINEINFO = dace.dtypes.DebugInfo(0)
 #: (a loop body of small maps pays it every iteration)
 PARALLEL_MAP_WORK = 1 << 15
 
+#: the builder begins a new state before an op once the current one holds this many nodes:
+#: DaCe's analyses of a state (validation, code generation, serialisation) take time
+#: quadratic in its nodes, and a state boundary costs nothing at run time (DaCe runs a
+#: state's maps one after another anyway: no OpenMP sections)
+STATE_NODES = 200
+
 
 def schedule_for(shape: Sequence[int], work_per_element: int = 1) -> dace.ScheduleType:
     """The schedule of a map over ``shape``: parallel only when the work pays for it."""
@@ -205,6 +211,13 @@ class Emitter:
         self.state.set_default_lineinfo(NO_LINEINFO)
         self._nodes = {}
         return self.state
+
+    def bound_state(self) -> None:
+        """Continue in a fresh state if the current one holds ``STATE_NODES`` nodes: called
+        between ops, where nothing holds the state (an open cluster is emitted into
+        whichever state is current when it closes)."""
+        if self.state.number_of_nodes() >= STATE_NODES:
+            self.new_state()
 
     def append_block(self, block: dace.sdfg.state.ControlFlowBlock,
                      assignments: dict[str, str] | None = None) -> None:
