@@ -46,15 +46,15 @@ def split(code: str, program: str, parts: int | None = None) -> Split | None:
     start = code.find(f"void {function}(")
     if start < 0:
         return None
-    open_paren = start + len(f"void {function}")
-    close_paren = _matching(code, open_paren)
-    body_open = code.find("{", close_paren)
-    if close_paren < 0 or body_open < 0 or code[close_paren + 1:body_open].strip():
+    tokens = _Tokens(code, start + len(f"void {function}"))
+    close_paren = tokens.closing(0)
+    body_open = close_paren + 1
+    if close_paren < 0 or body_open >= len(tokens.kinds) or tokens.kinds[body_open] != "{":
         return None
-    body_close = _matching(code, body_open)
-    if body_close < 0:
+    body_close = tokens.closing(body_open)
+    if body_close < 0 or "goto" in tokens.kinds[body_open:body_close]:
         return None
-    blocks = _units(code, body_open + 1, body_close)
+    blocks = tokens.units(body_open + 1, body_close)
     if blocks is None:
         return None
     size = sum(end - begin for begin, end in blocks)
@@ -62,11 +62,11 @@ def split(code: str, program: str, parts: int | None = None) -> Split | None:
     count = min(count, len(blocks))
     if count < 2:
         return None
-    parameters = code[open_paren + 1:close_paren]
+    parameters = code[tokens.positions[0] + 1:tokens.positions[close_paren]]
     names = _parameter_names(parameters)
     if names is None:
         return None
-    prelude, epilogue = code[:start], code[body_close + 1:]
+    prelude, epilogue = code[:start], code[tokens.positions[body_close] + 1:]
     groups = _groups(blocks, size, count)
     declarations, calls, files = [], [], []
     for k, group in enumerate(groups):
@@ -111,97 +111,55 @@ def _parameter_names(parameters: str) -> list[str] | None:
     return names
 
 
-def _units(code: str, begin: int, end: int) -> list[tuple[int, int]] | None:
-    """The brace blocks of ``code[begin:end]`` (``_blocks``), a block that holds only brace
-    blocks (a state: one block per map) replaced by those: ``{ {a} {b} }`` runs as
-    ``{a} {b}``."""
-    blocks = _blocks(code, begin, end)
-    if blocks is None:
-        return None
-    units = []
-    for start, stop in blocks:
-        inner = _units(code, start + 1, stop - 1)
-        units.extend(inner if inner else [(start, stop)])
-    return units
+#: comments, string and character literals (skipped), brackets, ``goto``, and runs of
+#: anything else
+_TOKEN = re.compile(r"""//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])*'"""
+                    r"|(?P<bracket>[{}()])|(?P<goto>\bgoto\b)|(?P<other>[^\s{}()/\"']+|/)",
+                    re.S)
 
 
-def _blocks(code: str, begin: int, end: int) -> list[tuple[int, int]] | None:
-    """The top-level statements of ``code[begin:end]`` as (start, end) positions if each
-    is a brace block, else None (or where the code holds a ``goto``)."""
-    blocks = []
-    position = begin
-    while True:
-        position = _skip_blank(code, position, end)
-        if position >= end:
-            return blocks
-        if code[position] != "{":
-            return None
-        close = _matching(code, position)
-        if close < 0 or close >= end:
-            return None
-        if re.search(r"\bgoto\b", _code_only(code[position:close])):
-            return None
-        blocks.append((position, close + 1))
-        position = close + 1
+class _Tokens:
+    """The brackets, ``goto``s and other statements' text of ``code`` from ``start``
+    (comments and literals skipped), with the matching of the brackets."""
 
+    def __init__(self, code: str, start: int):
+        self.kinds: list[str] = []
+        self.positions: list[int] = []
+        self.match: dict[int, int] = {}
+        stack: list[int] = []
+        for token in _TOKEN.finditer(code, start):
+            kind = token.lastgroup
+            if kind is None:
+                continue  # a comment or a literal
+            text = token.group(kind) if kind == "bracket" else kind
+            if text in "{(":
+                stack.append(len(self.kinds))
+            elif text in "})":
+                if not stack:
+                    break
+                self.match[stack.pop()] = len(self.kinds)
+            self.kinds.append(text)
+            self.positions.append(token.start())
 
-def _skip_blank(code: str, position: int, end: int) -> int:
-    """The first position from ``position`` that is neither white space nor a comment."""
-    while position < end:
-        if code[position].isspace():
-            position += 1
-        elif code.startswith("//", position):
-            newline = code.find("\n", position)
-            position = end if newline < 0 else newline + 1
-        elif code.startswith("/*", position):
-            close = code.find("*/", position + 2)
-            position = end if close < 0 else close + 2
-        else:
-            break
-    return position
+    def closing(self, index: int) -> int:
+        """The index of the bracket closing the one at ``index``, -1 if none."""
+        return self.match.get(index, -1)
 
-
-def _matching(code: str, position: int) -> int:
-    """The position of the bracket closing the one at ``position`` (braces or
-    parentheses), skipping comments, strings and character literals; -1 if none."""
-    opening = code[position]
-    closing = {"{": "}", "(": ")"}[opening]
-    depth = 0
-    i, n = position, len(code)
-    while i < n:
-        c = code[i]
-        if c == "/" and code.startswith("//", i):
-            newline = code.find("\n", i)
-            i = n if newline < 0 else newline + 1
-            continue
-        if c == "/" and code.startswith("/*", i):
-            close = code.find("*/", i + 2)
-            i = n if close < 0 else close + 2
-            continue
-        if c in "\"'":
-            i = _end_of_literal(code, i)
-            continue
-        if c == opening:
-            depth += 1
-        elif c == closing:
-            depth -= 1
-            if depth == 0:
-                return i
-        i += 1
-    return -1
-
-
-def _end_of_literal(code: str, i: int) -> int:
-    """The position after the string or character literal that begins at ``i``."""
-    quote = code[i]
-    if quote == "'" and i > 0 and (code[i - 1].isalnum()):
-        return i + 1  # a digit separator (1'000), not a character literal
-    i += 1
-    while i < len(code) and code[i] != quote:
-        i += 2 if code[i] == "\\" else 1
-    return i + 1
-
-
-def _code_only(text: str) -> str:
-    """``text`` without comments and literals (for searching keywords)."""
-    return re.sub(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\])*"', " ", text, flags=re.S)
+    def units(self, begin: int, end: int) -> list[tuple[int, int]] | None:
+        """The statements between tokens ``begin`` and ``end`` as text positions (start,
+        end) if each is a brace block, else None; a block that holds only brace blocks (a
+        state: one block per map) is replaced by those: ``{ {a} {b} }`` runs as
+        ``{a} {b}``."""
+        units = []
+        index = begin
+        while index < end:
+            if self.kinds[index] != "{":
+                return None
+            close = self.closing(index)
+            if close < 0 or close >= end:
+                return None
+            inner = self.units(index + 1, close)
+            units.extend(inner if inner else
+                         [(self.positions[index], self.positions[close] + 1)])
+            index = close + 1
+        return units
