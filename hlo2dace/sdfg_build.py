@@ -27,6 +27,7 @@ from typing import Any, Sequence
 
 from . import cpp_split
 from .errors import CompilationError
+from .progress import stage
 
 #: ``1`` validates every SDFG before its code is generated (the test suite sets it)
 VALIDATE_OPTION = "HLO2DACE_VALIDATE"
@@ -49,26 +50,31 @@ def build(sdfg: Any, folder: Path, parts: int | None = None) -> Any:
     from dace.codegen import codegen, compiler
 
     if validating():
-        sdfg.validate()
-    # code generation changes the SDFG (types, schedules): the caller's stays as it was
-    program = copy.deepcopy(sdfg)
-    program.build_folder = str(folder)
-    program.fill_scope_connectors()
-    objects = codegen.generate_code(program, validate=False)
-    frame = next(o for o in objects if o.title == "Frame")
-    signature = signature_sdfg(program, frame.clean_code)
-    split = cpp_split.split(frame.clean_code, program.name, parts)
-    if split is not None:
-        frame.code = split.main
-        objects += [copy.copy(frame) for _ in split.parts]
-        for k, (part, code) in enumerate(zip(objects[-len(split.parts):], split.parts)):
-            part.name, part.code, part.title = f"{program.name}_part{k}", code, "Part"
-    compiler.generate_program_folder(None, objects, str(folder))
-    # the frame includes the hash of the SDFG it came from; the folder's name serves
-    (folder / "include" / "hash.h").write_text(
-        f'#define __HASH_{program.name} "{folder.parent.name}"\n')
-    signature.save(str(folder / SIGNATURE_FILE), compress=True)
-    compiler.configure_and_compile(str(folder), program.name)
+        with stage("validate"):
+            sdfg.validate()
+    with stage("code generation") as generation:
+        # code generation changes the SDFG (types, schedules): the caller's stays as it was
+        program = copy.deepcopy(sdfg)
+        program.build_folder = str(folder)
+        program.fill_scope_connectors()
+        objects = codegen.generate_code(program, validate=False)
+        frame = next(o for o in objects if o.title == "Frame")
+        signature = signature_sdfg(program, frame.clean_code)
+        split = cpp_split.split(frame.clean_code, program.name, parts)
+        if split is not None:
+            frame.code = split.main
+            objects += [copy.copy(frame) for _ in split.parts]
+            for k, (part, code) in enumerate(zip(objects[-len(split.parts):], split.parts)):
+                part.name, part.code, part.title = f"{program.name}_part{k}", code, "Part"
+        files = 1 + len(split.parts) if split else 1
+        generation.note = f"{files} C++ file{'s' if files > 1 else ''}"
+        compiler.generate_program_folder(None, objects, str(folder))
+        # the frame includes the hash of the SDFG it came from; the folder's name serves
+        (folder / "include" / "hash.h").write_text(
+            f'#define __HASH_{program.name} "{folder.parent.name}"\n')
+        signature.save(str(folder / SIGNATURE_FILE), compress=True)
+    with stage("C++ compile"):
+        compiler.configure_and_compile(str(folder), program.name)
     return signature
 
 
