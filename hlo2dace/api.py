@@ -245,7 +245,8 @@ class Compiled:
 
     @property
     def folder(self):
-        """The cache folder holding the binary and its SDFG (``build/program.sdfgz``)."""
+        """The cache folder holding the binary and its signature (``build/program.sdfgz``:
+        the SDFG's arguments; ``Lowered.as_sdfg`` gives the whole SDFG)."""
         return self.program.folder
 
     def call_flat(self, arrays: Sequence[Any]) -> list[np.ndarray]:
