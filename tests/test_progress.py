@@ -47,9 +47,12 @@ def test_jit_logs_each_stage_with_its_duration(caplog, monkeypatch, tmp_path):
     assert [r.stage for r in records] == BUILD_STAGES
     for record in records:
         assert record.levelno == logging.INFO and record.seconds >= 0
+        assert record.cpu_seconds >= 0
         assert re.fullmatch(rf"{re.escape(record.stage)}: \d+\.\d\d s( \(.*\))?",
                             record.getMessage())
     assert records[2].getMessage().endswith("(not found)")
+    # the compiler is a child process: its CPU time is counted in its stage's
+    assert next(r for r in records if r.stage == "C++ compile").cpu_seconds > 0.01
 
     caplog.clear()
     hlo2dace.jit(_f)(X)  # a new function object: compiled again, found in the disk cache
