@@ -29,7 +29,6 @@ import importlib
 import json
 import os
 import platform
-import resource
 import subprocess
 import sys
 import tempfile
@@ -154,27 +153,24 @@ def pyhpc(checkout: Path, name: str):
 
 
 # ------------------------------------------------------------------ one case, in a child
-def _cpu() -> float:
-    own, children = (resource.getrusage(who) for who in (resource.RUSAGE_SELF,
-                                                          resource.RUSAGE_CHILDREN))
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
-
-
-def _stage_times() -> dict[str, float]:
-    """Where the ``hlo2dace`` logger's stage records go: stage -> seconds."""
+def _stage_times() -> tuple[dict[str, float], dict[str, float]]:
+    """Where the ``hlo2dace`` logger's stage records go: stage -> wall seconds, and
+    stage -> CPU seconds (the process and its compilers)."""
     import logging
 
     times: dict[str, float] = {}
+    cpu: dict[str, float] = {}
 
     class Stages(logging.Handler):
         def emit(self, record):
             if getattr(record, "seconds", None) is not None:
                 times[record.stage] = record.seconds
+                cpu[record.stage] = getattr(record, "cpu_seconds", None)
 
     logger = logging.getLogger("hlo2dace")
     logger.addHandler(Stages())
     logger.setLevel(logging.INFO)
-    return times
+    return times, cpu
 
 
 def _interleaved(calls: dict, rounds: int = 7, per_round: int = 5) -> dict[str, float]:
@@ -199,6 +195,7 @@ def child(kind: str, name: str, source: str | None, cached: bool) -> dict:
 
     import hlo2dace
     from hlo2dace.compare import keep_freed_memory
+    from hlo2dace.progress import cpu_seconds
 
     keep_freed_memory()
     if kind == "transformer":
@@ -209,26 +206,28 @@ def child(kind: str, name: str, source: str | None, cached: bool) -> dict:
         function, args, options = pyhpc(Path(source), name)
     static = options.get("static_argnums", ())
     arrays = [a for i, a in enumerate(args) if i not in static]
-    stages = _stage_times()
+    stages, stage_cpu = _stage_times()
     ours = hlo2dace.jit(function, static_argnums=static)
     row: dict = {"kind": kind, "case": name}
     if cached:
-        start, cpu = time.perf_counter(), _cpu()
+        start, cpu = time.perf_counter(), cpu_seconds()
         jax.block_until_ready(ours(*args))
-        row.update(load_s=time.perf_counter() - start, load_cpu_s=_cpu() - cpu,
+        row.update(load_s=time.perf_counter() - start, load_cpu_s=cpu_seconds() - cpu,
                    stages=dict(stages))
         return row
     xla = jax.jit(function, static_argnums=static)
     start = time.perf_counter()
     lowered = xla.lower(*args)
-    middle = time.perf_counter()
+    middle, cpu = time.perf_counter(), cpu_seconds()
     executable = lowered.compile()
-    row.update(xla_lower_s=middle - start, xla_compile_s=time.perf_counter() - middle)
+    row.update(xla_lower_s=middle - start, xla_compile_s=time.perf_counter() - middle,
+               xla_compile_cpu_s=cpu_seconds() - cpu)
     stages.clear()
-    start, cpu = time.perf_counter(), _cpu()
+    stage_cpu.clear()
+    start, cpu = time.perf_counter(), cpu_seconds()
     jax.block_until_ready(ours(*args))
-    row.update(first_call_s=time.perf_counter() - start, first_call_cpu_s=_cpu() - cpu,
-               stages=dict(stages))
+    row.update(first_call_s=time.perf_counter() - start, first_call_cpu_s=cpu_seconds() - cpu,
+               stages=dict(stages), stage_cpu=dict(stage_cpu))
     row["ops"] = ours.lower(*args).as_text().count('"stablehlo.')
     if kind == "transformer":
         steps = _interleaved({"xla": lambda: jax.block_until_ready(executable(*arrays)),
@@ -263,8 +262,11 @@ def measure(kind: str, name: str, source: str | None, timeout: float) -> dict:
 
 
 # ------------------------------------------------------------------ the report
-def _seconds(value) -> str:
-    return "-" if value is None else f"{value:.2f}"
+def _seconds(value, cpu=None) -> str:
+    """Seconds, and in brackets the CPU seconds where they were measured."""
+    if value is None:
+        return "-"
+    return f"{value:.2f}" if cpu is None else f"{value:.2f} ({cpu:.2f})"
 
 
 def write(rows: list[dict], command: str) -> None:
@@ -278,7 +280,8 @@ def write(rows: list[dict], command: str) -> None:
         "on the program's translation units in parallel); CPU s counts the process and its "
         "compilers. Load: the first call of a second fresh process on that cache (JAX's "
         "lowering included; in brackets the cache lookup alone, which reads the entry and "
-        "loads the library). Step: the training step's median time, both taking turns.",
+        "loads the library). Step: the training step's median time, both taking turns. "
+        "Where a cell has a number in brackets, it is the CPU seconds of that time.",
         "",
         f"Machine: {platform.machine()}, {os.cpu_count()} cores, load average "
         f"{max((r['load_average'] for r in ok), default=0):.1f} at most during the run "
@@ -294,23 +297,32 @@ def write(rows: list[dict], command: str) -> None:
         if "error" in r:
             lines.append(f"| {r['kind']} {r['case']} | failed: {r['error']} |")
             continue
-        label = f"transformer, {r['case']} layers" if r["kind"] == "transformer" \
+        label = f"transformer, {r['case']} layer{'s' if r['case'] != '1' else ''}" \
+            if r["kind"] == "transformer" \
             else f"{r['kind']} {r['case']}"
         step = f"{1e3 * r['step_xla_s']:.1f} / {1e3 * r['step_hlo2dace_s']:.1f}" \
             if "step_xla_s" in r else "-"
         lines.append(
             f"| {label} | {r['ops']:,} | {_seconds(r['xla_lower_s'])} | "
-            f"{_seconds(r['xla_compile_s'])} | {_seconds(r['first_call_s'])} | "
-            f"{_seconds(r['first_call_cpu_s'])} | "
-            + " | ".join(_seconds(r["stages"].get(s)) for s in STAGES)
+            f"{_seconds(r['xla_compile_s'], r.get('xla_compile_cpu_s'))} | "
+            f"{_seconds(r['first_call_s'])} | {_seconds(r['first_call_cpu_s'])} | "
+            + " | ".join(_seconds(r["stages"].get(s), r.get("stage_cpu", {}).get(s))
+                         for s in STAGES)
             + f" | {_seconds(r['load_s'])} ({_seconds(r['load_lookup_s'])}) | "
             f"{_seconds(r['load_cpu_s'])} | {step} |")
     transformers = [r for r in ok if r["kind"] == "transformer"]
     if len(transformers) >= 2:
-        per_op = {int(r["case"]): r["first_call_s"] / r["ops"] for r in transformers}
-        largest, reference = max(per_op), 12 if 12 in per_op else sorted(per_op)[-2]
+        layers = {int(r["case"]): r for r in transformers}
+        largest = max(layers)
+        reference = 12 if 12 in layers and largest != 12 else sorted(layers)[-2]
+
+        def ratio(key):
+            big, small = layers[largest], layers[reference]
+            return (big[key] / big["ops"]) / (small[key] / small["ops"])
+
         lines += ["", f"Per op, the {largest}-layer step's first call costs "
-                  f"{per_op[largest] / per_op[reference]:.2f}x the {reference}-layer one's."]
+                  f"{ratio('first_call_s'):.2f}x the {reference}-layer one's in wall time, "
+                  f"{ratio('first_call_cpu_s'):.2f}x in CPU time."]
     lines.append(SECTION_END)
     path = DOCS / "benchmarks.md"
     text = path.read_text() if path.exists() else "# Benchmarks\n"
@@ -338,8 +350,11 @@ def plot(rows: list[dict]) -> None:
         if not chosen:
             continue
         ops = [r["ops"] for r in chosen]
-        axes.scatter(ops, [r["first_call_s"] for r in chosen], marker=marker,
-                     label=f"hlo2dace first call, {kind}")
+        points = axes.scatter(ops, [r["first_call_s"] for r in chosen], marker=marker,
+                              label=f"hlo2dace first call, {kind}")
+        axes.scatter(ops, [r["first_call_cpu_s"] for r in chosen], marker=marker,
+                     facecolors="none", edgecolors=points.get_facecolor()[:1],
+                     label=f"hlo2dace first call, CPU s, {kind}")
         axes.scatter(ops, [r["xla_lower_s"] + r["xla_compile_s"] for r in chosen],
                      marker=marker, facecolors="none", edgecolors="gray",
                      label=f"XLA lower + compile, {kind}")
