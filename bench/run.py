@@ -189,8 +189,19 @@ def write_report(results, build_s, load_s, args) -> None:
     lines += ["", f"Seed example (500x500) in a new process: {build_s:.2f} s to lower, "
               f"translate and build; {load_s:.3f} s to get the binary from the disk cache (JAX "
               "lowering, normalising, importing DaCe and loading the library).", ""]
-    (DOCS / "benchmarks.md").write_text("\n".join(lines))
+    (DOCS / "benchmarks.md").write_text("\n".join(lines) + _kept_section())
     plot(results)
+
+
+def _kept_section() -> str:
+    """The compile-time section that bench/compile_time.py wrote into docs/benchmarks.md,
+    kept when this script rewrites the file."""
+    from compile_time import SECTION_BEGIN, SECTION_END
+
+    path = DOCS / "benchmarks.md"
+    text = path.read_text() if path.exists() else ""
+    begin, end = text.find(SECTION_BEGIN), text.find(SECTION_END)
+    return "\n" + text[begin:end + len(SECTION_END)] + "\n" if 0 <= begin < end else ""
 
 
 def plot(results) -> None:

@@ -42,7 +42,8 @@ def translator_fingerprint() -> str:
 
     package = Path(__file__).resolve().parent
     digest = hashlib.sha256()
-    files = sorted([package / "ir.py", package / "runtime.py", GRAMMAR_PATH,
+    files = sorted([package / "ir.py", package / "runtime.py", package / "sdfg_build.py",
+                    package / "cpp_split.py", GRAMMAR_PATH,
                     *(package / "frontend").glob("*.py"), *(package / "translate").glob("*.*")])
     for path in files:
         digest.update(path.read_bytes())
@@ -244,7 +245,8 @@ class Compiled:
 
     @property
     def folder(self):
-        """The cache folder holding the binary and its SDFG (``build/program.sdfgz``)."""
+        """The cache folder holding the binary and its signature (``build/program.sdfgz``:
+        the SDFG's arguments; ``Lowered.as_sdfg`` gives the whole SDFG)."""
         return self.program.folder
 
     def call_flat(self, arrays: Sequence[Any]) -> list[np.ndarray]:

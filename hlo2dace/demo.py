@@ -58,7 +58,8 @@ def main(n: int = 2000) -> None:
     loaded = load_in_new_process(n)
     print(f"a new process gets the cached binary in {loaded['seconds']:.3f} s (JAX lowering, "
           f"normalising, importing DaCe and loading; built again: {loaded['built']})")
-    print(f"SDFG: {loaded['folder']}/build/program.sdfgz (open with dace.SDFG.from_file)")
+    print(f"binary: {loaded['folder']}/build (the SDFG: hlo2dace convert, or "
+          f"hlo2dace.jit(f).lower(x).as_sdfg())")
     if not report.ok:
         raise SystemExit("hlo2dace and XLA disagree beyond tolerance")
 

@@ -347,74 +347,16 @@ def _lowering(ctx, *operands, fn: Function):
 
 
 def _in_place_pairs(program: runtime.Program, donated: Sequence[int]) -> dict[int, int]:
-    """Donated argument -> a result of its shape and type that the program writes
-    where it reads the argument (``_writes_in_place``), as XLA pairs donations: the first
-    such result not taken yet."""
-    import dace
-
-    sdfg = dace.SDFG.from_file(str(program.folder / "build" / "program.sdfgz"))
+    """Donated argument -> a result of its shape and type that the program writes where it
+    reads the argument (``Program.in_place``), as XLA pairs donations: the first such
+    result not taken yet."""
     pairs: dict[int, int] = {}
     for i in donated:
-        a = program.arguments[i]
-        for j, r in enumerate(program.results):
-            if (j not in pairs.values() and a.shape
-                    and (a.shape, a.dtype, a.storage) == (r.shape, r.dtype, r.storage)
-                    and _writes_in_place(sdfg, a.name, r.name)):
-                pairs[i] = j
-                break
+        taken = set(pairs.values())
+        j = next((j for a, j in program.in_place if a == i and j not in taken), None)
+        if j is not None:
+            pairs[i] = j
     return pairs
-
-
-def _writes_in_place(sdfg: Any, argument: str, result: str) -> bool:
-    """True if the SDFG can take ``result``'s buffer to be ``argument``'s: both are accessed
-    in one map of one top-level state only, the argument read and the result written element
-    by element at the map's own index (``x[__i0, __i1]``), and every tasklet that reads the
-    argument precedes (feeds) the tasklets that write the result, so each element is read
-    before it is overwritten and never read again."""
-    from dace.sdfg import nodes
-
-    places = [(node, parent) for node, parent in sdfg.all_nodes_recursive()
-              if isinstance(node, nodes.NestedSDFG) or isinstance(node, nodes.AccessNode)
-              and node.data in (argument, result)]
-    if any(isinstance(node, nodes.NestedSDFG) for node, _ in places) or \
-            len({id(parent) for _, parent in places}) != 1:
-        return False
-    state = places[0][1]
-    readers = [node for node, _ in places if node.data == argument]
-    writers = [node for node, _ in places if node.data == result]
-    if state.parent_graph is not sdfg or any(state.in_degree(n) for n in readers) or \
-            any(state.out_degree(n) for n in writers):
-        return False
-    entries = {e.dst for n in readers for e in state.out_edges(n)}
-    exits = {e.src for n in writers for e in state.in_edges(n)}
-    if len(entries) != 1 or len(exits) != 1:
-        return False
-    entry, exit_ = entries.pop(), exits.pop()
-    if not isinstance(entry, nodes.MapEntry) or state.exit_node(entry) is not exit_:
-        return False
-    index = ", ".join(entry.map.params)
-    reads = [e for e in state.out_edges(entry) if e.data.data == argument]
-    writes = [e for e in state.in_edges(exit_) if e.data.data == result]
-    if any(not isinstance(e.dst, nodes.Tasklet) or str(e.data.subset) != index
-           or e.data.dynamic for e in reads) or \
-            any(not isinstance(e.src, nodes.Tasklet) or str(e.data.subset) != index
-                or e.data.wcr is not None or e.data.dynamic for e in writes):
-        return False
-    for write in writes:
-        before = _ancestors(state, write.src)
-        if any(read.dst is not write.src and read.dst not in before for read in reads):
-            return False
-    return True
-
-
-def _ancestors(state: Any, node: Any) -> set:
-    seen, todo = set(), [node]
-    while todo:
-        for edge in state.in_edges(todo.pop()):
-            if edge.src not in seen:
-                seen.add(edge.src)
-                todo.append(edge.src)
-    return seen
 
 
 def _callback(*arrays, program: runtime.Program):

@@ -35,7 +35,7 @@ from typing import Any, Sequence
 import ml_dtypes  # noqa: F401  (registers bfloat16, int4, ... as NumPy dtype names)
 import numpy as np
 
-from . import callpath, compiled_sdfg, folders
+from . import callpath, compiled_sdfg, folders, sdfg_build
 from .errors import ArgumentError, CompilationError
 from .folders import CacheWarning, file_lock
 
@@ -45,7 +45,7 @@ from .folders import CacheWarning, file_lock
 # Read by libgomp when the first compiled library loads; the user's setting wins.
 os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 
-RUNTIME_VERSION = "1"
+RUNTIME_VERSION = "2"
 
 _process_lock = threading.Lock()
 
@@ -156,7 +156,7 @@ class Program:
 
     def __init__(self, compiled: Any, arguments: Sequence[TensorSpec],
                  results: Sequence[TensorSpec], constants: dict[str, np.ndarray],
-                 folder: Path, built: bool):
+                 folder: Path, built: bool, in_place: Sequence[Sequence[int]] = ()):
         """Everything a call checks and allocates is prepared here, once, so that a call
         costs a few microseconds (see the attributes' comments)."""
         self._compiled = compiled
@@ -190,6 +190,9 @@ class Program:
         self.folder = folder
         #: True if this process built the binary, False if it came from the disk cache
         self.built = built
+        #: (argument, result) positions where the result can take the argument's buffer
+        #: (``sdfg_build.written_in_place``), by argument, then result
+        self.in_place = tuple(tuple(pair) for pair in in_place)
 
     def check(self, arrays: Sequence[Any]) -> list[np.ndarray]:
         """Validate call arguments against the specs; return them in storage layout. A
@@ -425,8 +428,9 @@ def _aligned_empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
 
 
 def _load(folder: Path, built: bool, sdfg: Any = None) -> Program:
-    """Load an entry whose files match their checksums; ``sdfg``, when the caller has it,
-    spares reading program.sdfgz."""
+    """Load an entry whose files match their checksums; ``sdfg`` (the program's
+    signature, ``sdfg_build.signature_sdfg``), when the caller has it, spares reading
+    program.sdfgz."""
     configure_dace()
     meta = _checked_meta(folder)
     with np.load(folder / "constants.npz") as data:
@@ -436,7 +440,7 @@ def _load(folder: Path, built: bool, sdfg: Any = None) -> Program:
         return [TensorSpec(**{**e, "shape": tuple(e["shape"])}) for e in entries]
 
     arguments = (compiled, specs(meta["arguments"]), specs(meta["results"]), constants,
-                 folder, built)
+                 folder, built, meta["in_place"])
     if meta.get("symbols"):
         return SymbolicProgram(*arguments, symbols=meta["symbols"], checks=meta["checks"])
     return Program(*arguments)
@@ -593,6 +597,17 @@ def build(sdfg: Any, key: str, arguments: Sequence[TensorSpec], results: Sequenc
         raise _as_compilation_error(exc) from exc
 
 
+def _in_place(sdfg: Any, arguments: Sequence[TensorSpec], results: Sequence[TensorSpec]
+              ) -> list[list[int]]:
+    """The positions (argument, result) of arrays of one shape and type where the result
+    can take the argument's buffer (``sdfg_build.written_in_place``)."""
+    pairs = [(i, j) for i, a in enumerate(arguments) for j, r in enumerate(results)
+             if a.shape and (a.shape, a.dtype, a.storage) == (r.shape, r.dtype, r.storage)]
+    found = set(sdfg_build.written_in_place(
+        sdfg, [(arguments[i].name, results[j].name) for i, j in pairs]))
+    return [[i, j] for i, j in pairs if (arguments[i].name, results[j].name) in found]
+
+
 class _Untrusted(Exception):
     """The cache folder, just made, is in a folder that another user could write."""
 
@@ -627,10 +642,9 @@ def _build_in(root: Path, needed: int, sdfg: Any, key: str, arguments: Sequence[
             configure_dace()
             dace.Config.set("compiler", "cpu", "args", value=cpu_flags)
             sdfg.name = f"h2d_{key[:16]}"
-            sdfg.build_folder = str(staging / "build")
             try:
                 with folders.dace_build_environment():
-                    sdfg.compile(validate=True, return_program_handle=False)
+                    signature = sdfg_build.build(sdfg, staging / "build")
             except Exception as exc:
                 raise CompilationError(f"DaCe could not compile the translated program: "
                                        f"{type(exc).__name__}: {exc}") from exc
@@ -640,6 +654,7 @@ def _build_in(root: Path, needed: int, sdfg: Any, key: str, arguments: Sequence[
             meta = {"arguments": [asdict(a) for a in arguments],
                     "results": [asdict(r) for r in results],
                     "symbols": list(symbols), "checks": list(checks),
+                    "in_place": _in_place(sdfg, arguments, results),
                     "files": {str(path.relative_to(staging)): _digest(path)
                               for path in sorted(staging.rglob("*")) if path.is_file()}}
             meta["checksum"] = _meta_checksum(meta)
@@ -653,5 +668,5 @@ def _build_in(root: Path, needed: int, sdfg: Any, key: str, arguments: Sequence[
             shutil.rmtree(staging, ignore_errors=True)
             raise
         sdfg.build_folder = str(final / "build")
-        program = _loaded[final] = _load(final, built=True, sdfg=sdfg)
+        program = _loaded[final] = _load(final, built=True, sdfg=signature)
     return program

@@ -107,3 +107,41 @@ def test_concatenations_read_by_elementwise_ops_are_not_written():
     assert_matches_jax(stencil, u)
     # sin within libmvec's few ULP where its map vectorises (docs/vector-math.md)
     assert_matches_jax(mixed, u, np.linspace(-1, 1, 15).reshape(3, 5), ulp=4)
+
+
+def stencil_and_reductions(u, w):
+    """Slices, a transpose, broadcasts, a product and reductions: maps whose memlets read
+    at the map's point, at an offset, or whole arrays."""
+    flux = u[1:, :] - u[:-1, :]
+    v = (flux[1:] - flux[:-1]) * 0.5 + u[1:-1].T[:, ::-1].T
+    return v @ w, jnp.sum(v, axis=0), jnp.max(v * v[:, :1], axis=1), jnp.cumsum(u, axis=1)
+
+
+def test_outer_memlets_are_those_of_dace_s_propagation():
+    """The builder propagates memlets at the map's point itself (``emitter.point_subset``):
+    the outer memlets of every map are what DaCe's propagation finds."""
+    from dace.sdfg.propagation import propagate_subset
+
+    from hlo2dace.translate.emitter import point_subset
+
+    rng = np.random.default_rng(0)
+    sdfg = hlo2dace.jit(stencil_and_reductions).lower(
+        rng.standard_normal((12, 10)), rng.standard_normal((10, 4))).as_sdfg()
+    compared, at_point = 0, 0
+    for entry, state in [(n, s) for n, s in sdfg.all_nodes_recursive()
+                         if isinstance(n, dace.nodes.MapEntry)]:
+        exit_ = state.exit_node(entry)
+        paths = ([(e, state.out_edges_by_connector(entry, "OUT_" + e.dst_conn[3:]), False)
+                  for e in state.in_edges(entry) if e.dst_conn] +
+                 [(e, state.in_edges_by_connector(exit_, "IN_" + e.src_conn[4:]), True)
+                  for e in state.out_edges(exit_) if e.src_conn])
+        for outer, inner, use_dst in paths:
+            memlets = [e.data for e in inner]
+            expected = propagate_subset(memlets, sdfg.arrays[outer.data.data], entry.map.params,
+                                        entry.map.range, use_dst=use_dst)
+            found = outer.data
+            assert (str(found.subset), str(found.volume), found.dynamic) == \
+                (str(expected.subset), str(expected.volume), expected.dynamic), outer
+            compared += 1
+            at_point += point_subset(memlets, entry.map, use_dst) is not None
+    assert 0 < at_point < compared  # both ways of propagating were compared

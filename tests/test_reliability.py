@@ -281,20 +281,20 @@ def test_a_cache_folder_that_is_a_file_falls_back_with_a_warning(monkeypatch, tm
 def test_a_disk_that_fills_up_during_the_build_falls_back(monkeypatch, tmp_path):
     """The compiler's own failure for want of space (simulated: a real full disk is
     tested with a small file system by the next test)."""
-    import dace
+    from hlo2dace import sdfg_build
 
     monkeypatch.setenv("HLO2DACE_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(runtime, "_fallbacks", {})
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
-    compile_sdfg, calls = dace.SDFG.compile, []
+    build, calls = sdfg_build.build, []
 
-    def full_once(self, *args, **kwargs):
-        calls.append(self.build_folder)
+    def full_once(sdfg, folder, *args, **kwargs):
+        calls.append(str(folder))
         if len(calls) == 1:
             raise OSError(errno.ENOSPC, "No space left on device")
-        return compile_sdfg(self, *args, **kwargs)
+        return build(sdfg, folder, *args, **kwargs)
 
-    monkeypatch.setattr(dace.SDFG, "compile", full_once)
+    monkeypatch.setattr(sdfg_build, "build", full_once)
     x = np.arange(4.0)
     with pytest.warns(CacheWarning, match="No space left on device"):
         compiled = hlo2dace.jit(lambda x: x * 6 - 0.5).lower(x).compile()
@@ -436,16 +436,16 @@ def test_a_compiled_function_called_from_eight_threads_at_once():
 
 def test_compiling_from_several_threads(private_cache, monkeypatch):
     """Eight threads compile four modules (each twice, through separate jit objects):
-    every result is right, and each module is compiled once (counting DaCe's compiles)."""
-    import dace
+    every result is right, and each module is compiled once (counting the builds)."""
+    from hlo2dace import sdfg_build
 
-    compile_sdfg, builds = dace.SDFG.compile, []
+    build, builds = sdfg_build.build, []
 
-    def counted(self, *args, **kwargs):
-        builds.append(self.name)
-        return compile_sdfg(self, *args, **kwargs)
+    def counted(sdfg, *args, **kwargs):
+        builds.append(sdfg.name)
+        return build(sdfg, *args, **kwargs)
 
-    monkeypatch.setattr(dace.SDFG, "compile", counted)
+    monkeypatch.setattr(sdfg_build, "build", counted)
     compiled = {}
 
     def work(k):

@@ -394,6 +394,7 @@ class Builder:
     def translate_op(self, op: ir.Op) -> None:
         """Translate ``op`` (its elementwise rule, or its translator on this target) and
         bind its results, checked against its result types."""
+        self.emit.bound_state()
         with self.emit.at(op):
             rule = registry.elementwise_rule(op)
             if rule is not None:

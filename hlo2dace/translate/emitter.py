@@ -17,6 +17,7 @@ It knows nothing of the IR walk, scopes or fusion (``builder.py``, ``fusion.py``
 from __future__ import annotations
 
 import contextlib
+import copy
 import itertools
 import re
 from dataclasses import dataclass
@@ -41,6 +42,12 @@ NO_LINEINFO = dace.dtypes.DebugInfo(0)
 #: OpenMP parallel region costs about as much as this many simple element operations
 #: (a loop body of small maps pays it every iteration)
 PARALLEL_MAP_WORK = 1 << 15
+
+#: the builder begins a new state before an op once the current one holds this many nodes:
+#: DaCe's analyses of a state (validation, code generation, serialisation) take time
+#: quadratic in its nodes, and a state boundary costs nothing at run time (DaCe runs a
+#: state's maps one after another anyway: no OpenMP sections)
+STATE_NODES = 200
 
 
 def schedule_for(shape: Sequence[int], work_per_element: int = 1) -> dace.ScheduleType:
@@ -206,6 +213,13 @@ class Emitter:
         self._nodes = {}
         return self.state
 
+    def bound_state(self) -> None:
+        """Continue in a fresh state if the current one holds ``STATE_NODES`` nodes: called
+        between ops, where nothing holds the state (an open cluster is emitted into
+        whichever state is current when it closes)."""
+        if self.state.number_of_nodes() >= STATE_NODES:
+            self.new_state()
+
     def append_block(self, block: dace.sdfg.state.ControlFlowBlock,
                      assignments: dict[str, str] | None = None) -> None:
         """Add ``block`` (a loop, a conditional) after the current state, entered with the
@@ -321,7 +335,9 @@ class Emitter:
     def propagate_map(self, entry: dace.nodes.MapEntry, exit_: dace.nodes.MapExit) -> None:
         """The outer memlets of a new top-level map. DaCe's own propagation looks up the
         map's scope in the whole state, which made translation quadratic in the number of
-        ops; a map made here is never nested, so only the SDFG's symbols are defined."""
+        ops; a map made here is never nested, so only the SDFG's symbols are defined.
+        Memlets that read or write at the map's point are propagated by ``point_subset``,
+        the rest by DaCe's memlet patterns (sympy matching: 40% of the translation)."""
         from dace.sdfg.propagation import propagate_subset
 
         state, the_map = self.state, entry.map
@@ -337,6 +353,49 @@ class Emitter:
             if outer.data.is_empty():
                 continue
             memlets = [e.data for e in inner]
-            outer.data = propagate_subset(memlets, self.sdfg.arrays[outer.data.data],
-                                          the_map.params, the_map.range,
-                                          defined_variables=defined, use_dst=use_dst)
+            subset = point_subset(memlets, the_map, use_dst)
+            if subset is None:
+                outer.data = propagate_subset(memlets, self.sdfg.arrays[outer.data.data],
+                                              the_map.params, the_map.range,
+                                              defined_variables=defined, use_dst=use_dst)
+                continue
+            memlet = copy.copy(memlets[0])
+            memlet.subset, memlet.other_subset = subset, None
+            memlet.volume = sum(m.volume for m in memlets) * int(np.prod(the_map.range.size()))
+            memlet.dynamic = any(m.dynamic for m in memlets)
+            outer.data = memlet
+
+
+def point_subset(memlets: Sequence[dace.Memlet], the_map: dace.nodes.Map, use_dst: bool
+                 ) -> dace.subsets.Range | None:
+    """What ``memlets`` (inside ``the_map``, all of one array) access over the whole map,
+    as DaCe's propagation finds it, when each of their dimensions is one of the map's
+    parameters (the parameter's range) or free of them (itself), in a map of constant
+    ranges; else None."""
+    ranges = the_map.range.ranges
+    if not all(isinstance(v, (int, np.integer)) or getattr(v, "is_Integer", False)
+               for r in ranges for v in r):
+        return None
+    params = {name: k for k, name in enumerate(the_map.params)}
+    found = None
+    for memlet in memlets:
+        if memlet.is_empty():
+            return None
+        subset = memlet.dst_subset if use_dst else memlet.src_subset
+        if not isinstance(subset, dace.subsets.Range) or any(t != 1 for t in subset.tile_sizes):
+            return None
+        dims = []
+        for begin, end, step in subset.ranges:
+            names = {str(s) for s in dace.symbolic.symlist(begin)} | \
+                {str(s) for s in dace.symbolic.symlist(end)}
+            if not names & params.keys():
+                dims.append((begin, end, step))
+            elif begin == end and str(begin) in params:
+                dims.append(ranges[params[str(begin)]])
+            else:
+                return None
+        subset = dace.subsets.Range(dims)
+        if found is not None and found != subset:
+            return None
+        found = subset
+    return found

@@ -1,0 +1,165 @@
+"""From an SDFG to a shared library: DaCe's code generation, the program's C++ split into
+translation units (``cpp_split``) that DaCe's build compiles in parallel, and the small
+SDFG a cache entry keeps to load the library.
+
+This replaces ``SDFG.compile``, which measured on a 12-layer transformer's training step
+(2,900 ops) spent more time around the C++ compiler than in it:
+
+* it validates the SDFG, a pass whose checks of a state grow with the square of its
+  nodes. Validation finds bugs of the translator, not of the user's program, so it runs
+  where those are looked for: in the test suite (``$HLO2DACE_VALIDATE=1``) and when the
+  ``hlo2dace`` logger shows DEBUG records;
+* it saves the whole SDFG as ``program.sdfgz`` beside the library (serialising every node,
+  seconds for thousands), and a process that loads the library from the cache reads it
+  back, only for the library's signature. The entry keeps an SDFG with the program's
+  arguments alone instead (``signature_sdfg``), checked against the C signature DaCe
+  generated;
+* it compiles the program as one file, on one core.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+from pathlib import Path
+from typing import Any, Sequence
+
+from . import cpp_split
+from .errors import CompilationError
+from .progress import stage
+
+#: ``1`` validates every SDFG before its code is generated (the test suite sets it)
+VALIDATE_OPTION = "HLO2DACE_VALIDATE"
+#: the SDFG a cache entry keeps: the program's arguments, enough to load the library
+SIGNATURE_FILE = "program.sdfgz"
+
+
+def validating() -> bool:
+    """Whether SDFGs are validated before code generation: in tests
+    (``$HLO2DACE_VALIDATE=1``) and in debug mode (the ``hlo2dace`` logger at DEBUG)."""
+    return (os.environ.get(VALIDATE_OPTION, "") not in ("", "0")
+            or logging.getLogger("hlo2dace").isEnabledFor(logging.DEBUG))
+
+
+def build(sdfg: Any, folder: Path, parts: int | None = None) -> Any:
+    """Generate ``sdfg``'s code into ``folder`` (its build folder), split into ``parts``
+    translation units (None: by size, ``cpp_split``) and compile it into a library;
+    returns the SDFG that loads it (``signature_sdfg``). DaCe's settings (flags, build
+    caches) are the caller's."""
+    from dace.codegen import codegen, compiler
+
+    if validating():
+        with stage("validate"):
+            sdfg.validate()
+    with stage("code generation") as generation:
+        # code generation changes the SDFG (types, schedules): the caller's stays as it was
+        program = copy.deepcopy(sdfg)
+        program.build_folder = str(folder)
+        program.fill_scope_connectors()
+        objects = codegen.generate_code(program, validate=False)
+        frame = next(o for o in objects if o.title == "Frame")
+        signature = signature_sdfg(program, frame.clean_code)
+        split = cpp_split.split(frame.clean_code, program.name, parts)
+        if split is not None:
+            frame.code = split.main
+            objects += [copy.copy(frame) for _ in split.parts]
+            for k, (part, code) in enumerate(zip(objects[-len(split.parts):], split.parts)):
+                part.name, part.code, part.title = f"{program.name}_part{k}", code, "Part"
+        files = 1 + len(split.parts) if split else 1
+        generation.note = f"{files} C++ file{'s' if files > 1 else ''}"
+        compiler.generate_program_folder(None, objects, str(folder))
+        # the frame includes the hash of the SDFG it came from; the folder's name serves
+        (folder / "include" / "hash.h").write_text(
+            f'#define __HASH_{program.name} "{folder.parent.name}"\n')
+        signature.save(str(folder / SIGNATURE_FILE), compress=True)
+    with stage("C++ compile"):
+        compiler.configure_and_compile(str(folder), program.name)
+    return signature
+
+
+def signature_sdfg(sdfg: Any, code: str) -> Any:
+    """An SDFG of ``sdfg``'s name with its arguments and symbols and no code: what
+    DaCe's ``CompiledSDFG`` reads to call the library. Checked against the C signature in
+    ``code``, the program's generated C++."""
+    import dace
+
+    signature = dace.SDFG(sdfg.name)
+    for name, descriptor in sdfg.arrays.items():
+        if not descriptor.transient:
+            signature.add_datadesc(name, copy.deepcopy(descriptor))
+    for name, symbol_type in sdfg.symbols.items():
+        signature.add_symbol(name, symbol_type)
+    signature.add_state("empty", is_start_block=True)
+    parameters = signature.signature(arglist=signature.arglist(scalars_only=False))
+    expected = f"void __program_{sdfg.name}({sdfg.name}_state_t *__state" \
+               f"{', ' if parameters else ''}{parameters})"
+    if expected not in code:
+        raise CompilationError(f"internal error: the arguments of {sdfg.name} are not "
+                               f"those of its generated code (expected {expected})")
+    return signature
+
+
+
+def written_in_place(sdfg: Any, candidates: Sequence[tuple[str, str]]
+                     ) -> list[tuple[str, str]]:
+    """The (argument, result) pairs of ``candidates`` where the result can take the
+    argument's buffer: both are accessed in one map of one top-level state only, the
+    argument read and the result written element by element at the map's own index
+    (``x[__i0, __i1]``), and every tasklet that reads the argument precedes (feeds) the
+    tasklets that write the result, so each element is read before it is overwritten and
+    never read again. Computed while the whole SDFG is at hand: the cache keeps only its
+    signature."""
+    from dace.sdfg import nodes
+
+    places: dict[str, list] = {}
+    for node, parent in sdfg.all_nodes_recursive():
+        if isinstance(node, nodes.NestedSDFG):
+            return []
+        if isinstance(node, nodes.AccessNode):
+            places.setdefault(node.data, []).append((node, parent))
+    return [(argument, result) for argument, result in candidates
+            if _writes_in_place(sdfg, places.get(argument, []), places.get(result, []))]
+
+
+def _writes_in_place(sdfg: Any, readers: list, writers: list) -> bool:
+    from dace.sdfg import nodes
+
+    if not readers or not writers or len({id(parent) for _, parent in readers + writers}) != 1:
+        return False
+    state = readers[0][1]
+    readers, writers = [node for node, _ in readers], [node for node, _ in writers]
+    if state.parent_graph is not sdfg or any(state.in_degree(n) for n in readers) or \
+            any(state.out_degree(n) for n in writers):
+        return False
+    entries = {e.dst for n in readers for e in state.out_edges(n)}
+    exits = {e.src for n in writers for e in state.in_edges(n)}
+    if len(entries) != 1 or len(exits) != 1:
+        return False
+    entry, exit_ = entries.pop(), exits.pop()
+    if not isinstance(entry, nodes.MapEntry) or state.exit_node(entry) is not exit_:
+        return False
+    argument, result = readers[0].data, writers[0].data
+    index = ", ".join(entry.map.params)
+    reads = [e for e in state.out_edges(entry) if e.data.data == argument]
+    writes = [e for e in state.in_edges(exit_) if e.data.data == result]
+    if any(not isinstance(e.dst, nodes.Tasklet) or str(e.data.subset) != index
+           or e.data.dynamic for e in reads) or \
+            any(not isinstance(e.src, nodes.Tasklet) or str(e.data.subset) != index
+                or e.data.wcr is not None or e.data.dynamic for e in writes):
+        return False
+    for write in writes:
+        before = _ancestors(state, write.src)
+        if any(read.dst is not write.src and read.dst not in before for read in reads):
+            return False
+    return True
+
+
+def _ancestors(state: Any, node: Any) -> set:
+    seen, todo = set(), [node]
+    while todo:
+        for edge in state.in_edges(todo.pop()):
+            if edge.src not in seen:
+                seen.add(edge.src)
+                todo.append(edge.src)
+    return seen

@@ -1,0 +1,122 @@
+"""The build of an SDFG (hlo2dace/sdfg_build.py, hlo2dace/cpp_split.py): the program split
+into translation units gives the same bits as one file, validation runs when asked, and
+the cache keeps the program's signature."""
+
+import dace
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import hlo2dace
+from hlo2dace import cpp_split, runtime, sdfg_build
+
+
+@pytest.fixture
+def private_cache(monkeypatch, tmp_path):
+    """A fresh cache folder, and a process that has loaded nothing from it yet."""
+    monkeypatch.setenv("HLO2DACE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(runtime, "_loaded", {})
+    monkeypatch.setattr(runtime, "_fallbacks", {})
+    return tmp_path / "cache"
+
+
+def layers(x, w):
+    """Products, reductions and the vectorised transcendental functions (whose results
+    depend on whether GCC vectorises a loop: libmvec and libm differ in the last bits)."""
+    for k in range(3):
+        h = jnp.tanh(x @ w + k) * jnp.exp(-jnp.abs(x)) + jnp.log1p(jnp.abs(x))
+        x = h - jnp.max(h, axis=-1, keepdims=True) / (1 + jnp.sum(h * h, axis=0))
+    return x, jnp.sin(x).sum()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_parts_compute_the_same_bits_as_one_file(private_cache, monkeypatch, dtype):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((48, 40)).astype(dtype)
+    w = rng.standard_normal((40, 40)).astype(dtype) / 8
+    results = {}
+    for parts in (1, 4):
+        monkeypatch.setattr(runtime, "_loaded", {})
+        monkeypatch.setenv("HLO2DACE_CACHE_DIR", str(private_cache / str(parts)))
+        monkeypatch.setattr(cpp_split, "MIN_PART_CHARS", 1)
+        monkeypatch.setattr(cpp_split, "MAX_PARTS", parts)
+        compiled = hlo2dace.jit(layers).lower(x, w).compile()
+        sources = list((compiled.program.folder / "build" / "src" / "cpu").glob("*.cpp"))
+        assert len(sources) == (1 if parts == 1 else parts + 1)
+        results[parts] = [np.asarray(r) for r in compiled(x, w)]
+    for one, split in zip(results[1], results[4]):
+        assert one.tobytes() == split.tobytes()
+
+
+PRELUDE = "#include <cmath>\nstruct p_state_t { float* a; };\n"
+SIGNATURE = "void __program_p_internal(p_state_t*__state, float * __restrict__ x, int n)\n"
+
+
+def program(body: str) -> str:
+    return (f"{PRELUDE}{SIGNATURE}{{\n{body}\n}}\n\n"
+            "DACE_EXPORTED void __program_p(p_state_t *__state, float * __restrict__ x, int n)"
+            "\n{\n    __program_p_internal(__state, x, n);\n}\n")
+
+
+def test_split_cuts_between_blocks_and_calls_the_parts_in_order():
+    blocks = ['{ x[0] = 1; /* } */ }', '{ { x[1] = \'}\'; } { x[2] = n; } }',
+              '{ const char* s = "{"; x[3] = s[0]; // }\n }', '{ x[4] = 4; }']
+    split = cpp_split.split(program("\n".join(blocks)), "p", parts=3)
+    assert split is not None and len(split.parts) == 3
+    for k, part in enumerate(split.parts):
+        assert part.startswith(PRELUDE)
+        assert f"__h2d_part{k}_p(p_state_t*__state, float * __restrict__ x, int n)" in part
+        assert f"    __h2d_part{k}_p(__state, x, n);" in split.main
+    # the inner blocks of a block of blocks (a state) are cut apart, in their order
+    statements = "".join(split.parts)
+    order = [statements.index(f"x[{k}] =") for k in range(5)]
+    assert order == sorted(order)
+    assert split.main.count("__program_p_internal(__state, x, n);") == 1  # the entry
+
+
+@pytest.mark.parametrize("body", [
+    "int i = 0;\n{ x[i] = 1; }\n{ x[1] = 2; }",      # a local that two parts would share
+    "{ x[0] = 1; goto done; }\n{ done: x[1] = 2; }",  # a jump between parts
+    "for (int i = 0; i < n; ++i) { x[i] = 1; }\n{ x[0] = 2; }",
+])
+def test_split_leaves_one_file_where_parts_would_share_locals_or_labels(body):
+    assert cpp_split.split(program(body), "p", parts=2) is None
+
+
+def test_validation_runs_in_tests_and_debug_mode_only(private_cache, monkeypatch):
+    calls = []
+    monkeypatch.setattr(dace.SDFG, "validate", lambda self, *a, **k: calls.append(self.name))
+    x = np.arange(5.0)
+    for k, setting in enumerate(["0", "1"]):
+        monkeypatch.setenv(sdfg_build.VALIDATE_OPTION, setting)
+        hlo2dace.jit(lambda x, k=k: x * 3 + k).lower(x).compile()
+        assert len(calls) == k
+
+
+def test_debug_logging_turns_validation_on(monkeypatch):
+    import logging
+
+    monkeypatch.setenv(sdfg_build.VALIDATE_OPTION, "0")
+    logger = logging.getLogger("hlo2dace")
+    saved = logger.level
+    try:
+        logger.setLevel(logging.INFO)
+        assert not sdfg_build.validating()
+        logger.setLevel(logging.DEBUG)
+        assert sdfg_build.validating()
+    finally:
+        logger.setLevel(saved)
+
+
+@pytest.mark.filterwarnings("ignore:Library .* already loaded")  # loaded twice on purpose
+def test_the_cache_keeps_the_signature_of_the_program(private_cache):
+    x = np.arange(6.0).reshape(2, 3)
+    compiled = hlo2dace.jit(lambda x: (jnp.exp(x) + 1, x.sum())).lower(x).compile()
+    saved = dace.SDFG.from_file(str(compiled.program.folder / "build" / "program.sdfgz"))
+    assert sorted(saved.arrays) == ["__return0", "__return1", "arg0"]
+    assert [len(state.nodes()) for state in saved.states()] == [0]
+    expected = [r.tobytes() for r in compiled.program(x)]
+    runtime._loaded.clear()  # loaded again from the entry, as a new process would
+    program = runtime.lookup(compiled.program.folder.name)
+    assert program is not compiled.program
+    assert [r.tobytes() for r in program(x)] == expected
