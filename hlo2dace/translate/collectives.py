@@ -32,6 +32,7 @@ On a grid of one process every collective is the identity (groups of one), as be
 
 from __future__ import annotations
 
+import re
 from typing import Sequence
 
 import dace
@@ -102,6 +103,45 @@ def xla_fusion(b: Builder, op: ir.Op) -> list[Binding]:
     return _inline_region(b, op, "fusion")
 
 
+@register("mhlo.copy")
+def xla_copy(b: Builder, op: ir.Op) -> list[Binding]:
+    """A copy in the module XLA's partitioner returns (between buffers of one layout:
+    hlo2dace's arrays are row-major, as XLA's CPU layouts are): the value itself."""
+    return [b.binding(op.operands[0])]
+
+
+@register("mhlo.bitcast")
+def xla_bitcast(b: Builder, op: ir.Op) -> list[Binding]:
+    """XLA's bitcast (in partitioned modules): the operand's bytes, in its
+    ``source_layout``, read as the result in its ``result_layout`` (minor-to-major
+    dimension lists; row-major where absent). hlo2dace's arrays are row-major, so each
+    result element reads the operand element at the same physical position."""
+    source, result = op.operands[0].type, op.result.type
+    source_major = _major_to_minor(op.attr("source_layout"), source.rank)
+    result_major = _major_to_minor(op.attr("result_layout"), result.rank)
+    params = map_params(result.rank)
+    flat, stride = [], 1
+    for d in reversed(result_major):
+        flat.append(f"{params[d]} * {stride}")
+        stride *= result.shape[d]
+    position = " + ".join(flat) or "0"
+    at = [""] * source.rank
+    stride = 1
+    for d in reversed(source_major):
+        at[d] = f"(({position}) // {stride}) % {source.shape[d]}"
+        stride *= source.shape[d]
+    target = b.allocate_result(op.result)
+    b.emit.map("bitcast", result.shape, "__out = __in;",
+               {"__in": Element(b.array(op.operands[0]), at)}, {"__out": Element(target)})
+    return [target]
+
+
+def _major_to_minor(layout, rank: int) -> list[int]:
+    if layout is None:
+        return list(range(rank))
+    return [int(d) for d in reversed(np.asarray(layout.array).reshape(-1))]
+
+
 def _inline_region(b: Builder, op: ir.Op, name: str) -> list[Binding]:
     block = op.regions[0].entry
     function = ir.Function(name, block.arguments, tuple(r.type for r in op.results),
@@ -134,6 +174,9 @@ def grid(b: Builder) -> tuple[int, int]:
 
 def _channel(op: ir.Op) -> int:
     handle = op.attr("channel_handle")
+    if isinstance(handle, ir.OpaqueAttr):  # mhlo's spelling, in partitioned modules
+        found = re.search(r"handle = (-?\d+)", handle.text)
+        return int(found.group(1)) if found else 0
     return int(handle.fields["handle"]) if handle is not None else 0
 
 
@@ -231,7 +274,7 @@ def _blocks(b: Builder, source: Array, dimension: int, count: int, hint: str) ->
     params = map_params(len(shape))
     at = list(params)
     at[dimension] = f"{params[dimension]} % {block[dimension]}"
-    at.insert(0, f"{params[dimension]} / {block[dimension]}")
+    at.insert(0, f"{params[dimension]} // {block[dimension]}")
     b.emit.map(hint, shape, "__out = __in;", {"__in": Element(source)},
                {"__out": Element(packed, at)})
     return packed
@@ -244,7 +287,7 @@ def _unblocked(b: Builder, blocks: Array, dimension: int, target: Array) -> None
     params = map_params(len(shape))
     size = blocks.type.shape[1 + dimension]
     at = [params[d] if d != dimension else f"{params[d]} % {size}" for d in range(len(shape))]
-    at.insert(0, f"{params[dimension]} / {size}")
+    at.insert(0, f"{params[dimension]} // {size}")
     b.emit.map("concatenate", shape, "__out = __in;", {"__in": Element(blocks, at)},
                {"__out": Element(target)})
 
@@ -315,6 +358,38 @@ def all_to_all(b: Builder, op: ir.Op) -> list[Binding]:
     return results
 
 
+@register("mhlo.all_to_all")
+def xla_all_to_all(b: Builder, op: ir.Op) -> list[Binding]:
+    """XLA's tuple all-to-all (in partitioned modules): operand ``k`` goes to the group's
+    ``k``-th process, result ``k`` comes from it."""
+    if op.attr("split_dimension") is not None:
+        return all_to_all(b, op)
+    groups = process_groups(b, op, _pairwise_mode(op))
+    if _single(groups):
+        return _identity(b, op)
+    count = len(op.operands)
+    if count != _group_size(b, groups):
+        raise b.unsupported(f"{count} operands over groups of {len(groups[0])} processes")
+    block = op.operands[0].type
+    rank = block.rank
+    t = ir.TensorType((count, *block.shape), block.element)
+    send, received = b.emit.add_array("to_send", t), b.emit.add_array("received", t)
+    for k, operand in enumerate(op.operands):
+        b.emit.map("pack", block.shape, "__out = __in;", {"__in": Element(b.array(operand))},
+                   {"__out": Element(send, [str(k), *map_params(rank)])})
+    _communicate(b, _node(b, comm.Alltoall, "all_to_all"),
+                 {"_inbuffer": _whole(b, send), "_comm": _communicator(b, groups)},
+                 {"_outbuffer": _whole(b, received)})
+    results = []
+    for k, result in enumerate(op.results):
+        target = b.allocate_result(result)
+        b.emit.map("unpack", block.shape, "__out = __in;",
+                   {"__in": Element(received, [str(k), *map_params(rank)])},
+                   {"__out": Element(target)})
+        results.append(target)
+    return results
+
+
 def _block_shape(shape: Sequence[int], dimension: int, count: int) -> tuple[int, ...]:
     block = list(shape)
     block[dimension] //= count
@@ -328,7 +403,7 @@ def _mpi_operator(op: ir.Op, element: dtypes.ElementType) -> str | None:
     """The MPI operator that computes the reducer body exactly for ``element`` in any
     order, or None: one op of the two arguments, on integers or booleans."""
     block = op.regions[0].entry
-    if len(op.operands) != 1 or len(block.ops) != 2:
+    if len(block.arguments) != 2 or len(block.ops) != 2:
         return None
     body = block.ops[0]
     if {v.name for v in body.operands} != {v.name for v in block.arguments} or \
@@ -371,27 +446,35 @@ def _fold(b: Builder, op: ir.Op, gathered: Sequence[Array], count: int,
 
 @register("stablehlo.all_reduce")
 def all_reduce(b: Builder, op: ir.Op) -> list[Binding]:
+    """A body of two arguments reduces each operand on its own (XLA's combined
+    all-reduces); one of two per operand reduces them together."""
     groups = process_groups(b, op, _reduction_mode(op))
     if _single(groups):
         return _identity(b, op)
     communicator = _communicator(b, groups)
     count = _group_size(b, groups)
     targets = [b.allocate_result(r) for r in op.results]
-    element = dtypes.of(op.operands[0].type, op.name, op.location)
-    operator = _mpi_operator(op, element)
-    if operator is not None:
-        _communicate(b, _node(b, comm.Allreduce, "all_reduce", op=operator),
-                     {"_inbuffer": _whole(b, b.array(op.operands[0])), "_comm": communicator},
-                     {"_outbuffer": _whole(b, targets[0])})
-        return targets
+    together = len(op.regions[0].entry.arguments) == 2 * len(op.operands)
     gathered = []
-    for operand in op.operands:
+    for operand, target in zip(op.operands, targets):
+        element = dtypes.of(operand.type, op.name, op.location)
+        operator = _mpi_operator(op, element)
+        if operator is not None and not (together and len(op.operands) > 1):
+            _communicate(b, _node(b, comm.Allreduce, "all_reduce", op=operator),
+                         {"_inbuffer": _whole(b, b.array(operand)), "_comm": communicator},
+                         {"_outbuffer": _whole(b, target)})
+            continue
         t = ir.TensorType((count, *operand.type.shape), operand.type.element)
-        gathered.append(b.emit.add_array("gathered", t))
+        gathered.append((b.emit.add_array("gathered", t), target))
         _communicate(b, _node(b, comm.Allgather, "all_reduce_gather"),
                      {"_inbuffer": _whole(b, b.array(operand)), "_comm": communicator},
-                     {"_outbuffer": _whole(b, gathered[-1])})
-    _fold(b, op, gathered, count, targets)
+                     {"_outbuffer": _whole(b, gathered[-1][0])})
+    if together:
+        if gathered:
+            _fold(b, op, [g for g, _ in gathered], count, [t for _, t in gathered])
+    else:
+        for array, target in gathered:
+            _fold(b, op, [array], count, [target])
     return targets
 
 

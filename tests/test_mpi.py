@@ -1,0 +1,152 @@
+"""Sharded programs as real MPI jobs (``mpirun -n 2`` and ``-n 4``, oversubscribed on a
+machine with fewer cores), each rank against ``jax.jit`` on N simulated CPU devices
+(``tests/mpi_programs.py`` says each program's bound); and the failures a job must report
+loudly instead of hanging: a rank that raises, a job of the wrong size, ranks that
+disagree on shapes.
+
+Every job runs under a timeout (a hang fails the test) and all programs of one job size
+run in one job, compiled once per machine, so the whole module costs a few minutes on
+two cores."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+MPIRUN = shutil.which("mpirun")
+try:
+    import mpi4py  # noqa: F401
+except ImportError:
+    mpi4py = None
+
+pytestmark = pytest.mark.skipif(
+    MPIRUN is None or mpi4py is None,
+    reason="needs OpenMPI (Debian: libopenmpi-dev openmpi-bin) and mpi4py; make test "
+           "installs them")
+
+#: the programs each job size runs (-n 2 runs a 2 x 1 grid for the 2-D ones)
+PROGRAMS = {
+    4: ["mlp_training_step", "stencil_1d", "stencil_2d", "matmul_all_gather",
+        "matmul_psum_scatter", "all_to_all_reshard", "named_sharding_jit",
+        "groups_of_one_axis", "max_with_nan"],
+    2: ["mlp_training_step", "stencil_1d", "matmul_psum_scatter", "named_sharding_jit"],
+}
+#: seconds a job may take before it counts as hung (cold cache, busy 2-core machine)
+JOB_TIMEOUT = 900
+
+
+def mpirun(ranks: int, *command: str, timeout: float = JOB_TIMEOUT
+           ) -> subprocess.CompletedProcess:
+    """``command`` as an MPI job of ``ranks`` processes; a job that outlives ``timeout``
+    is killed and fails the test."""
+    launcher = [MPIRUN, "-n", str(ranks), "--oversubscribe"]
+    if os.geteuid() == 0:
+        launcher.append("--allow-run-as-root")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(HERE.parent), os.environ.get("PYTHONPATH", "")]))
+    env.pop("XLA_FLAGS", None)
+    try:
+        return subprocess.run([*launcher, *command], capture_output=True, text=True,
+                              timeout=timeout, env=env, cwd=HERE.parent)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"the MPI job {command} hung: killed after {timeout} s\n"
+                    f"{exc.stdout or ''}{exc.stderr or ''}")
+
+
+@functools.cache
+def job(ranks: int) -> dict[str, list]:
+    """Every program of ``PROGRAMS[ranks]`` run by one job: program -> per-rank problems."""
+    done = mpirun(ranks, sys.executable, str(HERE / "mpi_programs.py"), *PROGRAMS[ranks])
+    reports = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0:
+        pytest.fail(f"the job of {ranks} ranks failed ({done.returncode}):\n"
+                    f"{done.stdout[-3000:]}{done.stderr[-5000:]}")
+    return {report["program"]: report["ranks"] for report in reports}
+
+
+@pytest.mark.parametrize("ranks, name", [(n, name) for n in (2, 4) for name in PROGRAMS[n]])
+def test_program_matches_xla(ranks, name):
+    reports = job(ranks)
+    assert name in reports, f"{name} did not report"
+    problems = reports[name]
+    assert len(problems) == ranks
+    assert problems == [None] * ranks, problems
+
+
+def _script(tmp_path: Path, body: str) -> str:
+    path = tmp_path / "job.py"
+    path.write_text(textwrap.dedent(body))
+    return str(path)
+
+
+def test_a_failing_rank_aborts_the_job(tmp_path):
+    """Rank 1 raises while rank 0 waits in a collective: the job ends (no hang) with a
+    nonzero status, and the output names the rank and the error."""
+    script = _script(tmp_path, """
+        import hlo2dace
+        from hlo2dace import mpi
+        if mpi.rank() == 1:
+            raise RuntimeError("broken input on this rank")
+        mpi.world().Barrier()
+    """)
+    done = mpirun(2, sys.executable, script, timeout=120)
+    assert done.returncode != 0
+    assert "rank 1 of 2 failed" in done.stderr
+    assert "RuntimeError: broken input on this rank" in done.stderr
+
+
+def test_a_mesh_larger_than_the_job_names_the_command(tmp_path):
+    """A module for 4 processes in a job of 2: every rank gets the command to launch."""
+    script = _script(tmp_path, """
+        import numpy as np
+        import hlo2dace
+        from hlo2dace.errors import JobSizeError
+        module = '''
+        func.func @main(%x: tensor<2xi32>) -> tensor<2xi32> {
+          %0 = "stablehlo.all_reduce"(%x) <{replica_groups = dense<[[0, 1, 2, 3]]>
+              : tensor<1x4xi64>}> ({
+          ^bb0(%a: tensor<i32>, %b: tensor<i32>):
+            %s = stablehlo.add %a, %b : tensor<i32>
+            stablehlo.return %s : tensor<i32>
+          }) : (tensor<2xi32>) -> tensor<2xi32>
+          return %0 : tensor<2xi32>
+        }'''
+        program = hlo2dace.compile_text(module)
+        try:
+            program(np.zeros(2, np.int32))
+        except JobSizeError as error:
+            print("refused:", error)
+    """)
+    done = mpirun(2, sys.executable, script, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("refused:") == 2
+    assert "runs on 4 processes" in done.stdout and "mpirun -n 4" in done.stdout
+
+
+def test_shapes_that_disagree_across_ranks_are_reported(tmp_path):
+    """Rank 1 passes a batch of another size: the ranks compare signatures before
+    compiling, and every rank reports both shapes instead of hanging in a collective."""
+    script = _script(tmp_path, """
+        import jax
+        import numpy as np
+        from jax.sharding import AxisType, PartitionSpec as P
+        import hlo2dace
+        from hlo2dace import mpi
+        mesh = jax.make_mesh((2,), ("x",), axis_types=(AxisType.Auto,))
+        f = hlo2dace.jit(jax.shard_map(lambda x: jax.lax.psum(x, "x"), mesh=mesh,
+                                       in_specs=P("x"), out_specs=P()))
+        f(np.ones(4 if mpi.rank() == 0 else 6, np.float32))
+    """)
+    done = mpirun(2, sys.executable, script, timeout=300)
+    assert done.returncode != 0
+    assert "the ranks disagree on the signature of a sharded call" in done.stderr
+    assert "(4,)" in done.stderr and "(6,)" in done.stderr
