@@ -53,10 +53,13 @@ class Lowered:
     """A module on its way to machine code: its StableHLO text, its SDFG, its binary."""
 
     def __init__(self, normalized: NormalizedModule, name: str = "program",
-                 entry: str | None = None, optimize: str | None = None):
+                 entry: str | None = None, optimize: str | None = None,
+                 partitioned: sharded.Partitioned | None = None):
         self._normalized = normalized
         self._name = name
         self._entry = entry
+        #: for a program over several devices: how its arrays are cut (``sharded.py``)
+        self.partitioned = partitioned
         #: the optimisation level (``hlo2dace.optimize``)
         self.level = _level(optimize)
         self._module: ir.Module | None = None
@@ -261,7 +264,13 @@ def lower_text(source: Any, name: str = "program", entry: str | None = None,
                optimize: str | None = None) -> Lowered:
     """``source``: anything the frontend accepts (text, bytes, path, Lowered, Exported);
     ``entry``: the function to compile (default: ``main``, or the only public function);
-    ``optimize``: "none", "default" or "aggressive" (see ``hlo2dace.optimize``)."""
+    ``optimize``: "none", "default" or "aggressive" (see ``hlo2dace.optimize``). A module
+    exported for several devices is partitioned by XLA (``sharded.partition_exported``):
+    its program is one rank's of an MPI job."""
+    exported = sharded.exported_for_devices(source)
+    if exported is not None:
+        partitioned = sharded.partition_exported(exported)
+        return Lowered(partitioned.normalized, name, entry, optimize, partitioned)
     return Lowered(normalize(source), name, entry, optimize)
 
 
@@ -452,15 +461,13 @@ class JitFunction:
 
 
 class JitLowered(Lowered):
-    """A lowering by ``hlo2dace.jit``: also knows how to rebuild the Python results, and,
-    for a program over several devices, how its arrays are cut (``sharded.Partitioned``)."""
+    """A lowering by ``hlo2dace.jit``: also knows how to rebuild the Python results."""
 
     def __init__(self, normalized: NormalizedModule, name: str, results: Results,
                  optimize: str | None = None,
                  partitioned: sharded.Partitioned | None = None):
-        super().__init__(normalized, name, optimize=optimize)
+        super().__init__(normalized, name, optimize=optimize, partitioned=partitioned)
         self.results = results
-        self.partitioned = partitioned
 
 
 def jit(fun: Callable | None = None, *, static_argnums: Sequence[int] = (),

@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -97,6 +98,60 @@ def partition(lowered: Any, grid: tuple[int, int]) -> Partitioned:
     return Partitioned(normalized, grid, list(executable.local_devices()),
                        [(s, tuple(a.shape)) for s, a in zip(flat_in, in_avals)],
                        [(s, tuple(a.shape)) for s, a in zip(flat_out, out_avals)])
+
+
+def exported_for_devices(source: Any) -> Any:
+    """``source`` as a ``jax.export.Exported`` if it is one (or its serialized bytes, or a
+    file of them) exported for several devices, else None."""
+    from jax import export
+
+    if isinstance(source, (str, bytes, bytearray, os.PathLike)) and not isinstance(
+            source, export.Exported):
+        data = source
+        if isinstance(source, os.PathLike):
+            data = Path(source).read_bytes() if Path(source).is_file() else b""
+        if not isinstance(data, (bytes, bytearray)) or b"\0" not in data \
+                or data.startswith(b"ML\xefR"):
+            return None  # text, MLIR bytecode, a portable artifact
+        try:
+            source = export.deserialize(bytearray(data))
+        except Exception:
+            return None  # the frontend reports what it is not
+    if isinstance(source, export.Exported) and source.nr_devices > 1:
+        return source
+    return None
+
+
+def partition_exported(exported: Any) -> Partitioned:
+    """A module exported for ``nr_devices`` devices, partitioned by XLA on as many of this
+    process's devices: arguments without a sharding of their own are global arrays that
+    every rank receives whole (XLA slices each rank's part)."""
+    reference, arguments = exported_reference(exported)
+    with stage("JAX lowering"):
+        lowered = reference.lower(*arguments)
+    return partition(lowered, processes(lowered.as_text()))
+
+
+def exported_reference(exported: Any) -> tuple[Any, list[Any]]:
+    """``exported`` as a ``jax.jit`` function on ``nr_devices`` of this process's devices,
+    and its arguments' shapes, dtypes and shardings (those without one: whole on every
+    device)."""
+    import jax
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    count = exported.nr_devices
+    if len(jax.devices()) < count:
+        mpi.check_size(count, f"the module {exported.fun_name} (exported for {count} "
+                       "devices)")
+    mesh = Mesh(np.array(jax.devices()[:count]), ("devices",))
+    whole = NamedSharding(mesh, P())
+    ins = [s or whole for s in exported.in_shardings_jax(mesh)]
+    outs = [s or whole for s in exported.out_shardings_jax(mesh)]
+    arguments = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s)
+                 for a, s in zip(exported.in_avals, ins)]
+    return jax.jit(exported.call, out_shardings=jax.tree_util.tree_unflatten(
+        exported.out_tree, outs)), arguments
 
 
 class ProcessLocalArray:
