@@ -19,6 +19,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 HERE = Path(__file__).resolve().parent
@@ -150,3 +151,51 @@ def test_shapes_that_disagree_across_ranks_are_reported(tmp_path):
     assert done.returncode != 0
     assert "the ranks disagree on the signature of a sharded call" in done.stderr
     assert "(4,)" in done.stderr and "(6,)" in done.stderr
+
+
+def test_command_line_runs_and_compares_an_exported_sharded_module(tmp_path):
+    """``hlo2dace compare --ranks 2`` of a shard_map exported for 2 devices: XLA on two
+    simulated devices in the command's process, hlo2dace as the MPI job it launches
+    (exit status 0: every output within its tolerance); ``run --ranks 2`` of a per-device
+    module with inputs stacked per rank returns the results stacked so."""
+    export = _script(tmp_path, """
+        import sys
+        import jax
+        import jax.numpy as jnp
+        import numpy as np
+        from jax.sharding import AxisType, PartitionSpec as P
+        jax.config.update("jax_num_cpu_devices", 2)
+        mesh = jax.make_mesh((2,), ("x",), axis_types=(AxisType.Auto,))
+        def step(u):
+            halo = jax.lax.ppermute(u[-1:], "x", [(0, 1)])
+            return jnp.tanh(u) + jax.lax.psum(u, "x")[0] + halo[0]
+        f = jax.jit(jax.shard_map(step, mesh=mesh, in_specs=P("x"), out_specs=P("x")))
+        exported = jax.export.export(f)(jax.ShapeDtypeStruct((8,), np.float32))
+        open(sys.argv[1], "wb").write(exported.serialize())
+    """)
+    module = tmp_path / "sharded.bin"
+    subprocess.run([sys.executable, export, str(module)], check=True, timeout=300)
+    done = subprocess.run([sys.executable, "-m", "hlo2dace.cli", "compare", "--ranks", "2",
+                           str(module)], capture_output=True, text=True, timeout=JOB_TIMEOUT)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert " OK" in done.stdout
+
+    per_device = tmp_path / "sum.mlir"
+    per_device.write_text("""
+        func.func @main(%x: tensor<3xi64>) -> tensor<3xi64> {
+          %0 = "stablehlo.all_reduce"(%x) <{replica_groups = dense<[[0, 1]]>
+              : tensor<1x2xi64>}> ({
+          ^bb0(%a: tensor<i64>, %b: tensor<i64>):
+            %s = stablehlo.add %a, %b : tensor<i64>
+            stablehlo.return %s : tensor<i64>
+          }) : (tensor<3xi64>) -> tensor<3xi64>
+          return %0 : tensor<3xi64>
+        }""")
+    inputs, results = tmp_path / "x.npz", tmp_path / "y.npz"
+    np.savez(inputs, arg_0=np.array([[1, 2, 3], [10, 20, 30]], np.int64))
+    done = subprocess.run([sys.executable, "-m", "hlo2dace.cli", "run", "--ranks", "2",
+                           str(per_device), "--inputs", str(inputs), "-o", str(results)],
+                          capture_output=True, text=True, timeout=JOB_TIMEOUT)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    with np.load(results) as data:
+        np.testing.assert_array_equal(data["result_0"], [[11, 22, 33], [11, 22, 33]])
