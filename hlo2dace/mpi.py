@@ -126,9 +126,13 @@ def once_per_machine(build: Callable[[], Any]) -> Any:
     if world() is None:
         return build()
     machine = _machine_communicator()
-    result = build() if machine.Get_rank() == 0 else None
+    if machine.Get_rank() == 0:
+        try:
+            return build()
+        finally:  # also when it fails: the others then fail the same way, not wait
+            machine.Barrier()
     machine.Barrier()
-    return result if machine.Get_rank() == 0 else build()
+    return build()
 
 
 @functools.lru_cache(maxsize=1)

@@ -1,8 +1,9 @@
 """Sharded programs as real MPI jobs (``mpirun -n 2`` and ``-n 4``, oversubscribed on a
 machine with fewer cores), each rank against ``jax.jit`` on N simulated CPU devices
-(``tests/mpi_programs.py`` says each program's bound); and the failures a job must report
-loudly instead of hanging: a rank that raises, a job of the wrong size, ranks that
-disagree on shapes.
+(``tests/mpi_programs.py`` says each program's bound); the StableHLO interpreter's
+``interpreter.run_parallel`` tests, one job per process count (``tests/mpi_interpret.py``);
+the command line's ``--ranks``; and the failures a job must report loudly instead of
+hanging: a rank that raises, a job of the wrong size, ranks that disagree on shapes.
 
 Every job runs under a timeout (a hang fails the test) and all programs of one job size
 run in one job, compiled once per machine, so the whole module costs a few minutes on
@@ -43,6 +44,16 @@ PROGRAMS = {
 }
 #: seconds a job may take before it counts as hung (cold cache, busy 2-core machine)
 JOB_TIMEOUT = 900
+INTERPRET = HERE.parents[1] / "shared" / "conformance" / "stablehlo-interpret"
+#: run_parallel tests that cannot pass, and why (strict: an entry goes when it passes)
+INTERPRET_FAILURES = {
+    "collective_broadcast.mlir::main#9": "a collective_broadcast of two operands: jaxlib "
+                                         "0.10.2's StableHLO (1.17) allows one",
+    "collective_broadcast.mlir::main#10": "a collective_broadcast of two operands: jaxlib "
+                                          "0.10.2's StableHLO (1.17) allows one",
+    "collective_reduce.mlir::main": "stablehlo.collective_reduce is not an op of jaxlib "
+                                    "0.10.2's StableHLO (1.17)",
+}
 
 
 def mpirun(ranks: int, *command: str, timeout: float = JOB_TIMEOUT
@@ -81,6 +92,45 @@ def test_program_matches_xla(ranks, name):
     problems = reports[name]
     assert len(problems) == ranks
     assert problems == [None] * ranks, problems
+
+
+def _interpret_tests() -> list:
+    if not INTERPRET.is_dir():
+        return []
+    from hlo2dace import paralleltests
+
+    return [(test.size, test.id) for path in sorted(INTERPRET.rglob("*.mlir"))
+            for test in paralleltests.find(path, path.relative_to(INTERPRET).as_posix())]
+
+
+@functools.cache
+def interpret_job(ranks: int) -> dict[str, dict]:
+    """The run_parallel tests of ``ranks`` processes, run by one job: id -> verdict."""
+    done = mpirun(ranks, sys.executable, str(HERE / "mpi_interpret.py"), str(INTERPRET))
+    if done.returncode != 0:
+        pytest.fail(f"the job of {ranks} ranks failed ({done.returncode}):\n"
+                    f"{done.stdout[-3000:]}{done.stderr[-5000:]}")
+    verdicts = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    return {verdict["id"]: verdict for verdict in verdicts}
+
+
+@pytest.mark.parametrize("ranks, test_id", [
+    pytest.param(ranks, test_id, id=test_id, marks=[pytest.mark.xfail(
+        strict=True, reason=INTERPRET_FAILURES[test_id])] if test_id in INTERPRET_FAILURES
+        else []) for ranks, test_id in _interpret_tests()])
+def test_interpreter_run_parallel(ranks, test_id):
+    verdict = interpret_job(ranks).get(test_id)
+    assert verdict is not None, f"{test_id} did not report"
+    assert verdict["status"] == "pass", verdict["message"]
+
+
+def test_every_run_parallel_test_is_found():
+    """33 of the interpreter's 38 run_parallel functions run under MPI; the other five
+    use host transfers (infeed, outfeed, send/recv twice) or print for FileCheck
+    (interpreter.print), and stay skipped in test_conformance.py with that reason."""
+    if not INTERPRET.is_dir():
+        pytest.skip(f"no interpreter tests at {INTERPRET}")
+    assert len(_interpret_tests()) == 33
 
 
 def _script(tmp_path: Path, body: str) -> str:

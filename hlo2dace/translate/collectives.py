@@ -229,7 +229,9 @@ def _single(groups: Sequence[Sequence[int]]) -> bool:
 def _group_size(b: Builder, groups: list[list[int]]) -> int:
     sizes = {len(g) for g in groups}
     if len(sizes) != 1:
-        raise b.unsupported(f"process groups of different sizes {sorted(sizes)}")
+        raise b.unsupported(f"process groups of different sizes {sorted(sizes)} (supported "
+                            "for all_reduce with an integer or boolean body of one op, "
+                            "which an MPI operator computes)")
     return sizes.pop()
 
 
@@ -452,7 +454,6 @@ def all_reduce(b: Builder, op: ir.Op) -> list[Binding]:
     if _single(groups):
         return _identity(b, op)
     communicator = _communicator(b, groups)
-    count = _group_size(b, groups)
     targets = [b.allocate_result(r) for r in op.results]
     together = len(op.regions[0].entry.arguments) == 2 * len(op.operands)
     gathered = []
@@ -464,11 +465,13 @@ def all_reduce(b: Builder, op: ir.Op) -> list[Binding]:
                          {"_inbuffer": _whole(b, b.array(operand)), "_comm": communicator},
                          {"_outbuffer": _whole(b, target)})
             continue
+        count = _group_size(b, groups)  # groups of several sizes: MPI operators only
         t = ir.TensorType((count, *operand.type.shape), operand.type.element)
         gathered.append((b.emit.add_array("gathered", t), target))
         _communicate(b, _node(b, comm.Allgather, "all_reduce_gather"),
                      {"_inbuffer": _whole(b, b.array(operand)), "_comm": communicator},
                      {"_outbuffer": _whole(b, gathered[-1][0])})
+    count = len(groups[0])
     if together:
         if gathered:
             _fold(b, op, [g for g, _ in gathered], count, [t for _, t in gathered])
