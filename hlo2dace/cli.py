@@ -119,7 +119,9 @@ def _concrete(lowered, args) -> list:
 
 def launch(ranks: int, argv: list[str], timeout: float | None = None) -> int:
     """``hlo2dace argv`` as an MPI job of ``ranks`` processes (more ranks than cores are
-    allowed: ``--oversubscribe``); its exit status."""
+    allowed: ``--oversubscribe``); its exit status. The ranks share this machine's cores
+    (``OMP_NUM_THREADS``, unless set): each rank's own OpenMP team of all the cores would
+    oversubscribe it ``ranks`` times."""
     mpirun = shutil.which("mpirun")
     if mpirun is None:
         raise UsageError("--ranks needs mpirun (Debian: openmpi-bin libopenmpi-dev)")
@@ -127,7 +129,9 @@ def launch(ranks: int, argv: list[str], timeout: float | None = None) -> int:
     if os.geteuid() == 0:
         command.append("--allow-run-as-root")
     command += [sys.executable, "-m", "hlo2dace.cli", *argv]
-    return subprocess.run(command, timeout=timeout).returncode
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // ranks)))
+    return subprocess.run(command, timeout=timeout, env=env).returncode
 
 
 def _rank_inputs(args, compiled) -> list[np.ndarray]:
