@@ -80,17 +80,41 @@ def _halo_1d(u):
     return jnp.concatenate([right, u, left])
 
 
+def _heat_1d(u):
+    """20 steps of the heat equation on this shard, halos exchanged at each."""
+    def body(_, u):
+        padded = _halo_1d(u)
+        return u + 0.25 * (padded[:-2] - 2 * u + padded[2:])
+    return jax.lax.fori_loop(0, 20, body, u)
+
+
 # 0 ULP: the same three-point update in the same order on every cell.
 @program(ulp=0)
 def stencil_1d():
     """Heat equation in 1-D, the domain cut in N pieces, 20 steps in a fori_loop."""
-    def run(u):
-        def body(_, u):
-            padded = _halo_1d(u)
-            return u + 0.25 * (padded[:-2] - 2 * u + padded[2:])
-        return jax.lax.fori_loop(0, 20, body, u)
+    return shard_map(_heat_1d, LINE, P("x"), P("x")), (RNG.standard_normal(8 * N, np.float32),)
 
-    return shard_map(run, LINE, P("x"), P("x")), (RNG.standard_normal(8 * N, np.float32),)
+
+# 0 ULP: stencil_1d's program; only where its arrays live differs.
+@program(ulp=0)
+def process_local_stencil():
+    """stencil_1d as a job's ranks hold their data: each rank passes only its shard
+    (``hlo2dace.make_array_from_process_local_data``) and gets only its shard back (a
+    ``ProcessLocalArray``, which ``hlo2dace.gather`` assembles to compare)."""
+    f = shard_map(_heat_1d, LINE, P("x"), P("x"))
+    rows = NamedSharding(LINE, P("x"))
+    ours = hlo2dace.jit(f)
+
+    def local_call(u):
+        width = u.shape[0] // N
+        mine = u[mpi.rank() * width:(mpi.rank() + 1) * width]
+        result = ours(hlo2dace.make_array_from_process_local_data(rows, mine, u.shape))
+        if not isinstance(result, hlo2dace.ProcessLocalArray) or result.local.shape != \
+                mine.shape:
+            raise AssertionError(f"a process-local call returned {result!r}")
+        return hlo2dace.gather(result)
+
+    return local_call, jax.jit(f), (RNG.standard_normal(8 * N, np.float32),)
 
 
 # 0 ULP: the five-point update in the same order on every cell.
