@@ -70,7 +70,7 @@ _PAIRWISE = ("stablehlo.all_to_all", "stablehlo.collective_broadcast",
 @register("sdy.sharding_constraint", "sdy.reshard", "sdy.propagation_barrier")
 def sharding_annotation(b: Builder, op: ir.Op) -> list[Binding]:
     """Shardy's annotations of a one-device program (a sharded one is partitioned by XLA
-    first, ``frontend/partition.py``, which consumes them)."""
+    first, ``sharded.py``, which consumes them)."""
     return [b.binding(op.operands[0])]
 
 
