@@ -9,7 +9,7 @@ PYTEST_WORKERS ?= 2
 .PHONY: demo test lint docs bench libs clean
 NATIVE_PACKAGES := libopenblas-dev liblapacke-dev libfftw3-dev libopenmpi-dev openmpi-bin
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml | libs  # OpenMPI first: mpi4py may build against it
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'
