@@ -6,8 +6,8 @@ the command line's ``--ranks``; and the failures a job must report loudly instea
 hanging: a rank that raises, a job of the wrong size, ranks that disagree on shapes.
 
 Every job runs under a timeout (a hang fails the test) and all programs of one job size
-run in one job, compiled once per machine, so the whole module costs a few minutes on
-two cores."""
+run in one job (one test per job), compiled once per machine. Measured on 2 cores at load
+9-10: 4.8 min with the programs in the disk cache, 9.3 min without (3.5 min of CPU)."""
 
 from __future__ import annotations
 
