@@ -1,15 +1,15 @@
 # `make demo` and `make test` set everything up on a fresh machine: the virtual environment
-# with the pinned versions, and Debian's OpenBLAS, LAPACKE and FFTW where apt-get can
-# install them.
+# with the pinned versions (mpi4py among the test extras), and Debian's OpenBLAS, LAPACKE,
+# FFTW and OpenMPI where apt-get can install them.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_WORKERS ?= 2
 
 .PHONY: demo test lint docs bench libs clean
-NATIVE_PACKAGES := libopenblas-dev liblapacke-dev libfftw3-dev
+NATIVE_PACKAGES := libopenblas-dev liblapacke-dev libfftw3-dev libopenmpi-dev openmpi-bin
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml | libs  # OpenMPI first: mpi4py may build against it
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'
@@ -17,6 +17,8 @@ $(STAMP): pyproject.toml
 
 # Products use OpenBLAS, linear algebra LAPACK, FFTs FFTW; without them products are loop
 # nests and linear algebra and FFTs raise UnsupportedError naming the missing package.
+# Sharded programs run as MPI jobs on OpenMPI (mpirun, and the headers DaCe's communication
+# library compiles against); without it their tests are skipped, naming the packages.
 libs:
 	@if ! dpkg -s $(NATIVE_PACKAGES) >/dev/null 2>&1; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \

@@ -5,17 +5,30 @@
 runs XLA and DaCe side by side.
 """
 
-from .api import Compiled, JitFunction, Lowered, compile_text, jit, lower_text
-from .compare import CompareReport, compare
-from .errors import ArgumentError, CompilationError, Hlo2DaceError, ParseError, UnsupportedError
-from .folders import CacheWarning
+from .sharded import configure_devices
+
+configure_devices()  # in an MPI job: one JAX device per rank, before JAX's backend starts
+
+from .api import Compiled, JitFunction, Lowered, compile_text, jit, lower_text  # noqa: E402
+from .compare import CompareReport, compare  # noqa: E402
+from .errors import (  # noqa: E402
+    ArgumentError,
+    CompilationError,
+    Hlo2DaceError,
+    JobSizeError,
+    ParseError,
+    UnsupportedError,
+)
+from .folders import CacheWarning  # noqa: E402
+from .sharded import ProcessLocalArray, gather, make_array_from_process_local_data  # noqa: E402
 
 # hlo2dace.jit functions under JAX's transformations (registers itself with api)
 from . import interop  # noqa: E402,F401  isort: skip
 
 __all__ = [
     "ArgumentError", "CacheWarning", "Compiled", "CompareReport", "CompilationError",
-    "Hlo2DaceError", "JitFunction", "Lowered", "ParseError", "UnsupportedError", "compare",
-    "compile_text", "jit", "lower_text",
+    "Hlo2DaceError", "JitFunction", "JobSizeError", "Lowered", "ParseError",
+    "ProcessLocalArray", "UnsupportedError", "compare", "compile_text", "gather", "jit",
+    "lower_text", "make_array_from_process_local_data",
 ]
 __version__ = "0.1.0"

@@ -14,7 +14,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from . import ir, optimize, runtime, symbolic
+from . import ir, mpi, optimize, runtime, sharded, symbolic
 from .arguments import (
     ARRAY_TYPES,
     Results,
@@ -54,10 +54,13 @@ class Lowered:
     """A module on its way to machine code: its StableHLO text, its SDFG, its binary."""
 
     def __init__(self, normalized: NormalizedModule, name: str = "program",
-                 entry: str | None = None, optimize: str | None = None):
+                 entry: str | None = None, optimize: str | None = None,
+                 partitioned: sharded.Partitioned | None = None):
         self._normalized = normalized
         self._name = name
         self._entry = entry
+        #: for a program over several devices: how its arrays are cut (``sharded.py``)
+        self.partitioned = partitioned
         #: the optimisation level (``hlo2dace.optimize``)
         self.level = _level(optimize)
         self._module: ir.Module | None = None
@@ -118,7 +121,8 @@ class Lowered:
             arguments = tensor_specs(data_types([v.type for v in main.arguments]),
                                builder.argument_names, "argument")
             results = tensor_specs(data_types(main.result_types), builder.result_names, "result")
-            self._translation = (sdfg, arguments, results, builder.constants, signature)
+            self._translation = (sdfg, arguments, results, builder.constants, signature,
+                                 builder.emit.process_values)
         return self._translation
 
     def as_sdfg(self):
@@ -133,14 +137,15 @@ class Lowered:
             lookup.note = "not found" if program is None else "found"
         if program is None:
             try:
-                sdfg, arguments, results, constants, signature = self._translate()
+                sdfg, arguments, results, constants, signature, process_values = \
+                    self._translate()
             except symbolic.NeedsSpecialisation as reason:
                 return Compiled(SpecialisingProgram(self, reason), self)
             symbols = [dataclasses.asdict(s) for s in signature.symbols] if signature else ()
             checks = [dataclasses.asdict(c) for c in signature.checks] if signature else ()
             with stage("C++ build"):
                 program = runtime.build(sdfg, self.key, arguments, results, constants,
-                                        self.level.cpu_flags, symbols, checks)
+                                        self.level.cpu_flags, symbols, checks, process_values)
         return Compiled(program, self)
 
     def symbols(self) -> tuple[symbolic.SymbolSource, ...]:
@@ -261,7 +266,13 @@ def lower_text(source: Any, name: str = "program", entry: str | None = None,
                optimize: str | None = None) -> Lowered:
     """``source``: anything the frontend accepts (text, bytes, path, Lowered, Exported);
     ``entry``: the function to compile (default: ``main``, or the only public function);
-    ``optimize``: "none", "default" or "aggressive" (see ``hlo2dace.optimize``)."""
+    ``optimize``: "none", "default" or "aggressive" (see ``hlo2dace.optimize``). A module
+    exported for several devices is partitioned by XLA (``sharded.partition_exported``):
+    its program is one rank's of an MPI job."""
+    exported = sharded.exported_for_devices(source)
+    if exported is not None:
+        partitioned = sharded.partition_exported(exported)
+        return Lowered(partitioned.normalized, name, entry, optimize, partitioned)
     return Lowered(normalize(source), name, entry, optimize)
 
 
@@ -304,7 +315,8 @@ class JitFunction:
 
     def __init__(self, fun: Callable, static_argnums: Sequence[int] = (),
                  static_argnames: Sequence[str] = (), optimize: str | None = None,
-                 polymorphic_shapes: Any = None, donate_argnums: Sequence[int] = ()):
+                 polymorphic_shapes: Any = None, donate_argnums: Sequence[int] = (),
+                 in_shardings: Any = None, out_shardings: Any = None):
         import jax
 
         self.fun = fun
@@ -319,8 +331,12 @@ class JitFunction:
                                             else set(static_argnums)))
         self._static_argnames = (static_argnames,) if isinstance(static_argnames, str) \
             else tuple(static_argnames)
+        shardings = {key: value for key, value in (("in_shardings", in_shardings),
+                                                   ("out_shardings", out_shardings))
+                     if value is not None}
         self._jitted = jax.jit(fun, static_argnums=self.static_argnums,
-                               static_argnames=self._static_argnames, keep_unused=True)
+                               static_argnames=self._static_argnames, keep_unused=True,
+                               **shardings)
         self._cache: dict = {}
         self._lock = threading.Lock()
         functools.update_wrapper(self, fun)
@@ -339,8 +355,9 @@ class JitFunction:
 
         if not kwargs and not self.static_argnums and all(
                 type(a) in ARRAY_TYPES for a in args):  # arrays only: no pytree to flatten
-            return (_FLAT, tuple((a.shape, a.dtype, getattr(a, "weak_type", False))
-                                 for a in args), bool(jax.config.jax_enable_x64)), args
+            return (_FLAT, tuple((a.shape, a.dtype, getattr(a, "weak_type", False),
+                                  getattr(a, "sharding", None)) for a in args),
+                    bool(jax.config.jax_enable_x64)), args
         if kwargs or self.static_argnums:
             dynamic_args, dynamic_kwargs, statics = self.split_static(args, kwargs)
         else:  # the common case, without the copies
@@ -352,13 +369,19 @@ class JitFunction:
     def lower(self, *args, **kwargs) -> JitLowered:
         if self._polymorphic_shapes is not None:
             return self._lower_polymorphic(args, kwargs)
+        args, kwargs = sharded.traceable((args, kwargs))
         # hlo2dace.jit functions that f calls join its program
         with stage("JAX lowering"), inlining():
             traced = self._jitted.trace(*args, **kwargs)
             lowered = traced.lower()
         name = getattr(self.fun, "__name__", "program")
-        return JitLowered(normalize(lowered), name,
-                          Results(lowered.out_tree, traced.jaxpr.out_avals), self._optimize)
+        results = Results(lowered.out_tree, traced.jaxpr.out_avals)
+        grid = sharded.processes(lowered.as_text())
+        if grid != (1, 1):  # for a mesh of several devices: XLA's per-device program
+            partitioned = sharded.partition(lowered, grid)
+            return JitLowered(partitioned.normalized, name, results, self._optimize,
+                              partitioned)
+        return JitLowered(normalize(lowered), name, results, self._optimize)
 
     def __call__(self, *args, **kwargs):
 
@@ -373,6 +396,8 @@ class JitFunction:
                     entry = self._cache[key] = self._compile(args, kwargs)
         compiled, results = entry
         program = compiled.program
+        if compiled.lowered is not None and compiled.lowered.partitioned is not None:
+            return self._call_sharded(compiled, results, leaves)
         arrays = [leaf if type(leaf) in ARRAY_TYPES and leaf.dtype == dtype
                   else as_array(leaf, spec)
                   for leaf, spec, dtype in zip(leaves, program.arguments,
@@ -380,11 +405,28 @@ class JitFunction:
         return results.wrap(program(*arrays))
 
 
+    def _call_sharded(self, compiled: Compiled, results: Results, leaves):
+        """A call as one rank of an MPI job: this rank's shards in, its results out, as
+        process-local arrays or gathered (``sharded.py``)."""
+        partitioned = compiled.lowered.partitioned
+        local, stay_local = sharded.local_arguments(partitioned, leaves)
+        arrays = [as_array(leaf, spec) for leaf, spec in zip(local, compiled.program.arguments)]
+        outputs = sharded.results(partitioned, compiled.call_flat(arrays), stay_local)
+        if stay_local:
+            return results.unflatten(outputs)
+        return results.wrap(outputs)
+
     def _compile(self, args, kwargs):
         """The compiled program and result builder for ``args``: with polymorphic shapes,
         the one that serves every size of the marked dimensions."""
         if self._polymorphic_shapes is None:
             lowered = self.lower(*args, **kwargs)
+            if lowered.partitioned is not None:
+                size = lowered.partitioned.size
+                mpi.check_size(size, f"`{getattr(self.fun, '__name__', 'the function')}`")
+                mpi.agree("the signature of a sharded call", repr(self._signature(
+                    args, kwargs)[0]))
+                return mpi.once_per_machine(lowered.compile), lowered.results
             return lowered.compile(), lowered.results
         specs = self._symbolic_specs(args, kwargs)
         key = tuple((str(spec.shape), str(spec.dtype)) for spec in specs)
@@ -424,28 +466,33 @@ class JitLowered(Lowered):
     """A lowering by ``hlo2dace.jit``: also knows how to rebuild the Python results."""
 
     def __init__(self, normalized: NormalizedModule, name: str, results: Results,
-                 optimize: str | None = None):
-        super().__init__(normalized, name, optimize=optimize)
+                 optimize: str | None = None,
+                 partitioned: sharded.Partitioned | None = None):
+        super().__init__(normalized, name, optimize=optimize, partitioned=partitioned)
         self.results = results
 
 
 def jit(fun: Callable | None = None, *, static_argnums: Sequence[int] = (),
         static_argnames: Sequence[str] = (), optimize: str | None = None,
-        polymorphic_shapes: Any = None, donate_argnums: Sequence[int] = ()):
+        polymorphic_shapes: Any = None, donate_argnums: Sequence[int] = (),
+        in_shardings: Any = None, out_shardings: Any = None):
     """A drop-in for ``jax.jit`` whose compiled code is generated by DaCe. ``optimize``:
     "none", "default" or "aggressive" (see ``hlo2dace.optimize``; default:
     ``$HLO2DACE_OPTIMIZE``, else "default"). ``polymorphic_shapes``: the specifications
     ``jax.export.symbolic_args_specs`` takes (``"(b, 128)"`` per argument): one compiled
     program serves every size of the dimensions they name. ``donate_argnums``: inside
     ``jax.jit``, results may be written into these arguments' buffers where the program
-    provably can (``interop.py``); a direct call leaves its arguments as they are."""
+    provably can (``interop.py``); a direct call leaves its arguments as they are.
+    ``in_shardings``/``out_shardings``: as ``jax.jit``'s; a program over a mesh of ``n``
+    devices runs as ``n`` MPI ranks (``sharded.py``, docs/distributed.md)."""
     if fun is None:
         return functools.partial(jit, static_argnums=static_argnums,
                                  static_argnames=static_argnames, optimize=optimize,
                                  polymorphic_shapes=polymorphic_shapes,
-                                 donate_argnums=donate_argnums)
+                                 donate_argnums=donate_argnums, in_shardings=in_shardings,
+                                 out_shardings=out_shardings)
     return JitFunction(fun, static_argnums, static_argnames, optimize, polymorphic_shapes,
-                       donate_argnums)
+                       donate_argnums, in_shardings, out_shardings)
 
 
 __all__ = ["ArgumentError", "Compiled", "JitFunction", "Lowered", "compile_text", "jit",

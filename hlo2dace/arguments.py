@@ -69,6 +69,10 @@ class Results:
         self._wrap_key = lambda array, key_type: jax.random.wrap_key_data(
             jax.device_put(array), impl=key_type._impl)
 
+    def unflatten(self, leaves: Sequence[Any]):
+        """``leaves`` as they are, in the results' pytree (process-local arrays)."""
+        return self._unflatten(self.tree, list(leaves))
+
     def wrap(self, arrays: Sequence[np.ndarray]):
         if self.polymorphic:  # the avals' symbolic sizes made concrete, once per shape
             return self._unflatten(self.tree, [

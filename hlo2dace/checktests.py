@@ -50,8 +50,8 @@ ENTRY = "__hlo2dace_checks"
 
 #: ops that need a runtime hlo2dace does not have, and why a function using them is skipped
 INTERPRETER_ONLY = {
-    "interpreter.run_parallel": "interpreter.run_parallel: collectives across processes need "
-                                "a multi-process runtime",
+    "interpreter.run_parallel": "interpreter.run_parallel: runs as an MPI job "
+                                "(hlo2dace.paralleltests; tests/test_mpi.py)",
     "interpreter.probe": "interpreter.probe: writes probe files for expect_serialized_eq, not "
                          "a semantic check",
     "check.expect_serialized_eq": "check.expect_serialized_eq: compares with probe files, not "
@@ -125,7 +125,7 @@ class CheckResult:
 # ------------------------------------------------------------------------- scanning
 
 
-def _mask(text: str, strings: bool = True) -> str:
+def mask(text: str, strings: bool = True) -> str:
     """``text`` with comments (and, if ``strings``, the contents of string literals)
     replaced by spaces, so brackets in them do not count; positions are kept."""
     out = list(text)
@@ -166,7 +166,7 @@ def _match(code: str, i: int, open_: str = "{", close: str = "}") -> int:
     raise CheckSyntaxError(f"unbalanced {open_!r} at offset {i}")
 
 
-def _split_top(text: str, separator: str = ",") -> list[str]:
+def split_top(text: str, separator: str = ",") -> list[str]:
     """Split ``text`` at ``separator`` characters outside any brackets."""
     parts, depth, start = [], 0, 0
     for i, ch in enumerate(text):
@@ -235,7 +235,7 @@ class _FuncDef:
     line: int  # in the piece, 1-based
 
 
-def _functions(piece: str, code: str) -> list[_FuncDef]:
+def function_definitions(piece: str, code: str) -> list[_FuncDef]:
     functions = []
     position = 0
     while True:
@@ -271,7 +271,7 @@ def _functions(piece: str, code: str) -> list[_FuncDef]:
 
 def _attribute_value(text: str) -> str:
     """``0.1 : f64`` -> ``0.1``."""
-    return _split_top(text, ":")[0].strip()
+    return split_top(text, ":")[0].strip()
 
 
 def parse_check(statement: str):
@@ -293,7 +293,7 @@ def parse_check(statement: str):
         ch = rest[i]
         if ch == "{" and depth == 0:
             end = _match(rest, i)
-            for item in _split_top(rest[i + 1:end - 1]):
+            for item in split_top(rest[i + 1:end - 1]):
                 if item:
                     key, _, value = item.partition("=")
                     attributes[key.strip()] = _attribute_value(value)
@@ -306,26 +306,26 @@ def parse_check(statement: str):
         kept.append(ch)
         i += 1
     rest = "".join(kept).strip()
-    items = _split_top(rest)
+    items = split_top(rest)
     positional, keyword_items = [], []
     for item in items:
-        head = _split_top(item, ":")[0]
+        head = split_top(item, ":")[0]
         (keyword_items if re.match(r"^[A-Za-z_]\w*\s*=", head) else positional).append(item)
     for item in keyword_items:
         key, _, value = item.partition("=")
         attributes[key.strip()] = _attribute_value(value)
     if len(positional) < 2:
         raise CheckSyntaxError(f"check.{op} needs two operands: {rest}")
-    actual = _split_top(positional[0], ":")[0]
+    actual = split_top(positional[0], ":")[0]
     if op.endswith("_const"):
-        parts = _split_top(positional[1], ":")
+        parts = split_top(positional[1], ":")
         if len(parts) < 2:
             raise CheckSyntaxError(f"check.{op}: constant without a type: {positional[1]}")
         constant, type_ = parts[0], parts[1]
         expected = None
     else:
-        expected, constant = _split_top(positional[1], ":")[0], None
-        type_ = _split_top(_split_top(rest, ":")[-1])[0]
+        expected, constant = split_top(positional[1], ":")[0], None
+        type_ = split_top(split_top(rest, ":")[-1])[0]
     kind = CHECK_KINDS[op]
     try:
         check = Check(kind, float(attributes.get("tolerance", DEFAULT_TOLERANCE)),
@@ -345,9 +345,9 @@ def parse_check(statement: str):
 # ---------------------------------------------------------------------- rewriting
 
 
-def _result_types(header: str) -> list[str]:
+def declared_result_types(header: str) -> list[str]:
     """The result types (with their attributes) of a function header."""
-    code = _mask(header)
+    code = mask(header)
     arrow = None
     depth = 0
     for i, ch in enumerate(code):
@@ -364,14 +364,14 @@ def _result_types(header: str) -> list[str]:
     tail = re.split(r"\battributes\b", tail)[0].strip()
     if tail.startswith("(") and _match(tail, 0, "(", ")") == len(tail):
         tail = tail[1:-1]
-    return [t for t in _split_top(tail) if t]
+    return [t for t in split_top(tail) if t]
 
 
 def _rewrite_function(piece: str, code: str, definition: _FuncDef, function: CheckFunction,
                       first_line: int) -> str:
     """The function's text with its check ops turned into results."""
     body_start, body_end = definition.open_brace + 1, definition.end - 1
-    comment_free = _mask(piece, strings=False)
+    comment_free = mask(piece, strings=False)
     pieces, returned, types, cursor = [], [], [], body_start
     returns = []
     for start, end in _statements(code, body_start, body_end):
@@ -403,13 +403,13 @@ def _rewrite_function(piece: str, code: str, definition: _FuncDef, function: Che
     kept_values, kept_types = [], []
     if operands:
         values, _, kept = operands.partition(":")
-        kept_values, kept_types = _split_top(values), _split_top(kept)
+        kept_values, kept_types = split_top(values), split_top(kept)
     function.kept_results = len(kept_values)
     pieces.append(piece[cursor:start])
     pieces.append(_return(kept_values + returned, kept_types + types))
     pieces.append(piece[end:body_end])
     function.result_types = kept_types + types
-    header_types = _result_types(definition.header)
+    header_types = declared_result_types(definition.header)
     if len(header_types) != len(kept_types):
         raise CheckSyntaxError("the header and the return disagree on the results")
     header = _set_results(definition.header, header_types + types)
@@ -422,16 +422,16 @@ def _return(values: Sequence[str], types: Sequence[str]) -> str:
     return f"func.return {', '.join(values)} : {', '.join(types)}"
 
 
-def _arguments(header: str) -> str:
+def argument_list(header: str) -> str:
     """The argument list of a function header, without its parentheses."""
-    code = _mask(header)
+    code = mask(header)
     name_end = _symbol(header, code.index("@"))[1]
     open_ = code.index("(", name_end)
     return header[open_ + 1:_match(code, open_, "(", ")") - 1].strip()
 
 
 def _set_results(header: str, types: Sequence[str]) -> str:
-    code = _mask(header)
+    code = mask(header)
     name_end = _symbol(header, code.index("@"))[1]
     arguments_end = _match(code, name_end, "(", ")")
     attributes = re.search(r"\battributes\b", code[arguments_end:])
@@ -439,9 +439,9 @@ def _set_results(header: str, types: Sequence[str]) -> str:
     return f"{header[:arguments_end]} -> ({', '.join(types)}) {suffix.strip()} "
 
 
-def _rename(text: str, names: dict[str, str]) -> str:
+def rename_symbols(text: str, names: dict[str, str]) -> str:
     """Replace the symbols ``@old`` of ``names`` by ``@new``."""
-    code = _mask(text)
+    code = mask(text)
 
     def replace(found):
         if code[found.start()] != "@":
@@ -457,9 +457,9 @@ def rewrite_piece(piece: str, piece_index: int = 0, first_line: int = 1) -> list
     """The test functions of one ``// -----`` piece: every function that no other function
     of the piece refers to, rewritten when it has check ops, skipped (with the reason)
     when it needs a runtime hlo2dace lacks or has no check ops."""
-    code, comment_free = _mask(piece), _mask(piece, strings=False)
+    code, comment_free = mask(piece), mask(piece, strings=False)
     try:
-        definitions = _functions(piece, code)
+        definitions = function_definitions(piece, code)
     except CheckSyntaxError as exc:
         return [CheckFunction(f"piece{piece_index}", line=first_line, piece=piece_index,
                               skip_reason=f"cannot find the functions of this piece: {exc}")]
@@ -492,11 +492,11 @@ def rewrite_piece(piece: str, piece_index: int = 0, first_line: int = 1) -> list
                 break
         if function.skip_reason:
             continue
-        if _arguments(definition.header):
+        if argument_list(definition.header):
             function.skip_reason = NO_CHECKS_ARGUMENTS
             continue
         if not re.search(r"(?<![\w.])\"?check\.\w+", code[definition.open_brace:definition.end]):
-            if _result_types(definition.header):
+            if declared_result_types(definition.header):
                 function.skip_reason = NO_CHECKS_RESULTS
                 continue
             # like the interpreter's test, passes when it runs: nothing to compare
@@ -546,7 +546,7 @@ def combined_module(functions: Sequence[CheckFunction]) -> str:
         prefix = f"p{function.piece}__"
         renames = {name: prefix + name for name in function.definitions}
         for name, text in function.definitions.items():
-            definitions.setdefault(prefix + name, _rename(text, renames))
+            definitions.setdefault(prefix + name, rename_symbols(text, renames))
         result_types = function.result_types
         count = len(result_types)
         value = f"%r{k}"
@@ -655,7 +655,7 @@ def _sdfg_name(text: str) -> str:
     return name if name[:1].isalpha() else f"f_{name}"
 
 
-def _error(exc: BaseException) -> str:
+def error_text(exc: BaseException) -> str:
     from .errors import Hlo2DaceError
 
     kind = type(exc).__name__
@@ -670,7 +670,7 @@ def _error(exc: BaseException) -> str:
     return f"{kind}: {text}"[:500]
 
 
-def _judge(file: str, function: CheckFunction, outputs: Sequence[np.ndarray]) -> CheckResult:
+def judge(file: str, function: CheckFunction, outputs: Sequence[np.ndarray]) -> CheckResult:
     failures = []
     values = list(outputs)[function.kept_results:]
     if len(values) != 2 * len(function.checks):
@@ -696,8 +696,8 @@ def run_function(function: CheckFunction, file: str = "") -> CheckResult:
                               entry=function.name).compile()
         outputs = compiled.call_flat([])
     except Exception as exc:
-        return CheckResult(file, function.id_name, "error", _error(exc))
-    return _judge(file, function, outputs)
+        return CheckResult(file, function.id_name, "error", error_text(exc))
+    return judge(file, function, outputs)
 
 
 def _run_combined(functions: Sequence[CheckFunction], group: Sequence[int], file: str,
@@ -724,7 +724,7 @@ def _run_combined(functions: Sequence[CheckFunction], group: Sequence[int], file
                                entry=functions[k].name).as_sdfg()
                     good.append(k)
                 except Exception as alone:
-                    results[k] = CheckResult(file, functions[k].id_name, "error", _error(alone))
+                    results[k] = CheckResult(file, functions[k].id_name, "error", error_text(alone))
             if len(good) < len(group):
                 if good:
                     _run_combined(functions, good, file, results)
@@ -736,7 +736,7 @@ def _run_combined(functions: Sequence[CheckFunction], group: Sequence[int], file
     position = 0
     for k in group:
         count = len(functions[k].result_types)
-        result = _judge(file, functions[k], outputs[position:position + count])
+        result = judge(file, functions[k], outputs[position:position + count])
         position += count
         if result.status != "pass":
             # confirm on its own: a failure must not come from sharing a program

@@ -6,6 +6,13 @@ bytes. ``--shape b=32`` gives a symbolic dimension its size: ``convert`` then wr
 SDFG at that size, ``run`` makes random inputs of it, ``compare`` runs XLA at it against
 the program compiled once for every size.
 
+``--ranks N`` runs ``run`` and ``compare`` as an MPI job of N ranks (``mpirun``, launched by
+the command itself): a module exported for N devices is partitioned by XLA and takes
+global inputs; a per-device module (collectives, ``mhlo.num_partitions``) takes each
+input whole on every rank, or stacked with a leading dimension of N (one slice per rank),
+and returns its results stacked so. ``compare --ranks N`` runs XLA's reference on N CPU
+devices in its own process.
+
 Exit status: 0; 1 when ``compare`` finds an output that DIFFERS or ``test`` a function that
 fails; 2 on an error (its message on stderr). The compilation stages and their durations
 (``progress.py``) go to stderr when it is a terminal, or with ``--progress``."""
@@ -14,7 +21,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
+import os
+import shutil
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -105,7 +117,92 @@ def _concrete(lowered, args) -> list:
     return tensor_specs(types, [f"arg{i}" for i in range(len(types))], "argument")
 
 
+def launch(ranks: int, argv: list[str], timeout: float | None = None) -> int:
+    """``hlo2dace argv`` as an MPI job of ``ranks`` processes (more ranks than cores are
+    allowed: ``--oversubscribe``); its exit status. The ranks share this machine's cores
+    (``OMP_NUM_THREADS``, unless set): each rank's own OpenMP team of all the cores would
+    oversubscribe it ``ranks`` times."""
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:
+        raise UsageError("--ranks needs mpirun (Debian: openmpi-bin libopenmpi-dev)")
+    command = [mpirun, "-n", str(ranks), "--oversubscribe"]
+    if os.geteuid() == 0:
+        command.append("--allow-run-as-root")
+    command += [sys.executable, "-m", "hlo2dace.cli", *argv]
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // ranks)))
+    return subprocess.run(command, timeout=timeout, env=env).returncode
+
+
+def _rank_inputs(args, compiled) -> list[np.ndarray]:
+    """This rank's inputs: global ones for a partitioned module (cut by its shardings), or
+    whole/stacked ones for a per-device module (random: a seed per rank)."""
+    from . import mpi, sharded
+
+    partitioned = compiled.lowered.partitioned
+    specs = compiled.program.arguments
+    if partitioned is not None:
+        global_specs = [dataclasses.replace(spec, shape=shape)
+                        for spec, (_, shape) in zip(specs, partitioned.inputs)]
+        inputs = _load_inputs(args.inputs, global_specs) if args.inputs else \
+            random_inputs(global_specs, args.seed)
+        return sharded.local_arguments(partitioned, inputs)[0]
+    if not args.inputs:
+        return random_inputs(specs, args.seed + mpi.rank())
+    inputs = []
+    for spec, array in zip(specs, _load_inputs(args.inputs, specs)):
+        if array.shape == (args.ranks, *spec.shape):
+            array = array[mpi.rank()]
+        inputs.append(array)
+    return inputs
+
+
+def _run_ranks(args) -> int:
+    """One rank of ``run --ranks N``: rank 0 prints or saves the results."""
+    from . import mpi, sharded
+
+    if mpi.launched_size() <= 1:
+        return launch(args.ranks, args.argv)
+    mpi.check_size(args.ranks, f"run --ranks {args.ranks}")
+    lowered = _lowered(args, specialise=False)
+    start = time.perf_counter()
+    compiled = mpi.once_per_machine(lowered.compile)
+    compile_seconds = time.perf_counter() - start
+    inputs = _rank_inputs(args, compiled)
+    outputs = compiled.call_flat(inputs)
+    seconds = median_rank_seconds(lambda: compiled.call_flat(inputs)) if args.time else None
+    if lowered.partitioned is not None:
+        results = sharded.results(lowered.partitioned, outputs, local=False)
+    else:
+        everyone = mpi.gather_everywhere(outputs)
+        results = [np.stack([rank[k] for rank in everyone]) for k in range(len(outputs))]
+    if mpi.rank() != 0:
+        return 0
+    if args.output:
+        timings = {} if seconds is None else {"__seconds": np.float64(seconds),
+                                              "__compile_seconds": np.float64(compile_seconds)}
+        np.savez(args.output, **{f"result_{i}": r for i, r in enumerate(results)}, **timings)
+        print(f"wrote {len(results)} results to {args.output}")
+    else:
+        for i, result in enumerate(results):
+            print(f"result {i}: {result.dtype}{list(result.shape)}")
+            print(result)
+    return 0
+
+
+def median_rank_seconds(call) -> float:
+    """The median time of ``call`` on all ranks together (each timing ends when the slowest
+    rank is done: every rank runs the same calls)."""
+    from . import mpi
+    from .compare import median_seconds
+
+    world = mpi.world()
+    return median_seconds(lambda: (call(), world.Barrier()))
+
+
 def _run(args) -> int:
+    if args.ranks > 1:
+        return _run_ranks(args)
     lowered = _lowered(args, specialise=False)
     compiled = lowered.compile()
     symbolic = args.inputs is None and any(not isinstance(d, int) for spec in
@@ -125,9 +222,52 @@ def _run(args) -> int:
     return 0
 
 
+def _compare_ranks(args) -> int:
+    """``compare --ranks N``: XLA's reference on N CPU devices in this process, hlo2dace
+    as an N-rank MPI job on the same (global) inputs."""
+    import jax
+
+    from . import sharded
+    from .compare import CompareReport, compare_arrays, median_seconds
+
+    exported = sharded.exported_for_devices(Path(args.input))
+    if exported is None or exported.nr_devices != args.ranks:
+        raise UsageError(f"compare --ranks {args.ranks} takes a module that jax.export "
+                         f"exported for {args.ranks} devices (its shardings say how XLA "
+                         "splits the inputs); run a per-device module with run --ranks")
+    jax.config.update("jax_num_cpu_devices", args.ranks)
+    reference, arguments = sharded.exported_reference(exported)
+    inputs = random_inputs(arguments, args.seed)
+    with tempfile.TemporaryDirectory() as folder:
+        given, produced = Path(folder) / "inputs.npz", Path(folder) / "results.npz"
+        np.savez(given, **{f"arg_{i}": a for i, a in enumerate(inputs)})
+        argv = ["run", args.input, "--ranks", str(args.ranks), "--inputs", str(given),
+                "-o", str(produced), "--time"]
+        if args.optimize:
+            argv += ["-O", args.optimize]
+        status = launch(args.ranks, argv)
+        if status:
+            raise UsageError(f"the MPI job of {args.ranks} ranks failed (status {status})")
+        with np.load(produced) as data:
+            actual = [data[f"result_{i}"] for i in range(len(data.files) - 2)]
+            seconds, compile_seconds = float(data["__seconds"]), float(
+                data["__compile_seconds"])
+    expected = [np.asarray(r) for r in jax.tree_util.tree_leaves(reference(*inputs))]
+    report = CompareReport(
+        tuple(compare_arrays(i, e, a, args.rtol, args.atol)
+              for i, (e, a) in enumerate(zip(expected, actual))),
+        median_seconds(lambda: jax.block_until_ready(reference(*inputs))), seconds,
+        compile_seconds)
+    print(report)
+    return 0 if report.ok else 1
+
+
 def _compare(args) -> int:
     from .compare import CompareReport, compare_arrays, median_seconds
     from .xla import XlaModule
+
+    if args.ranks > 1:
+        return _compare_ranks(args)
 
     lowered = _lowered(args, specialise=False)
     start = time.perf_counter()
@@ -213,6 +353,10 @@ def main(argv=None) -> int:
     run.add_argument("--progress", **progress)
     run.add_argument("--seed", type=int, default=0,
                      help="seed of the random inputs made with --shape and no --inputs")
+    ranks = {"type": int, "default": 1, "metavar": "N",
+             "help": "run as an MPI job of N ranks (launches mpirun; docs/distributed.md)"}
+    run.add_argument("--ranks", **ranks)
+    run.add_argument("--time", action="store_true", help=argparse.SUPPRESS)
     run.set_defaults(handler=_run)
     compare = commands.add_parser(
         "compare", help="XLA against DaCe on random inputs",
@@ -230,6 +374,7 @@ def main(argv=None) -> int:
                          "and 64-bit floats, 16 for narrower ones)")
     compare.add_argument("--atol", type=float, default=0.0,
                          help="absolute errors accepted as well (default 0)")
+    compare.add_argument("--ranks", **ranks)
     compare.set_defaults(handler=_compare)
     test = commands.add_parser("test", help="run functions that use the check dialect")
     test.add_argument("files", nargs="+", help=".mlir files in the StableHLO interpreter's "
@@ -242,6 +387,7 @@ def main(argv=None) -> int:
                       help="print each compilation stage and its duration on stderr")
     test.set_defaults(handler=_test)
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     show = args.progress if args.progress is not None else sys.stderr.isatty()
     display = _show_stages(sys.stderr) if show else contextlib.nullcontext()
     try:

@@ -63,3 +63,8 @@ class ArgumentError(Hlo2DaceError, TypeError):
 
 class CompilationError(Hlo2DaceError):
     """DaCe or the C++ compiler failed on a translated program (a bug of hlo2dace)."""
+
+
+class JobSizeError(Hlo2DaceError):
+    """A program made for a number of processes, run in an MPI job of another size (or in
+    no job): the message names the command to launch."""

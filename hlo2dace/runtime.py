@@ -35,7 +35,7 @@ from typing import Any, Sequence
 import ml_dtypes  # noqa: F401  (registers bfloat16, int4, ... as NumPy dtype names)
 import numpy as np
 
-from . import callpath, compiled_sdfg, folders, sdfg_build
+from . import callpath, compiled_sdfg, folders, mpi, sdfg_build
 from .errors import ArgumentError, CompilationError
 from .folders import CacheWarning, file_lock
 
@@ -156,7 +156,8 @@ class Program:
 
     def __init__(self, compiled: Any, arguments: Sequence[TensorSpec],
                  results: Sequence[TensorSpec], constants: dict[str, np.ndarray],
-                 folder: Path, built: bool, in_place: Sequence[Sequence[int]] = ()):
+                 folder: Path, built: bool, in_place: Sequence[Sequence[int]] = (),
+                 process_values: dict[str, dict] | None = None):
         """Everything a call checks and allocates is prepared here, once, so that a call
         costs a few microseconds (see the attributes' comments)."""
         self._compiled = compiled
@@ -180,6 +181,10 @@ class Program:
         self._results_as_is = all(spec.dtype == spec.storage and spec.shape
                                   for spec in self.results)
         self._constants = constants
+        #: hidden arguments that differ between the ranks of an MPI job (communicators,
+        #: rank-indexed tables), bound at the first call (``mpi.process_value``): making a
+        #: communicator is collective, and every rank calls a program it shares with others
+        self.process_values = dict(process_values or {})
         #: per C argument: the position of its array in a call's arguments + results, or
         #: the pointer of a constant (None: not prepared yet; empty: DaCe's marshalling)
         self._slots: list[int | ctypes.c_void_p] | None = None
@@ -278,6 +283,8 @@ class Program:
         each argument of the C signature is a pointer, taken from the call's arrays (their
         position in ``buffers``) or, for constants, made once here."""
         configure_dace()  # the settings are per thread: a first call from a new one
+        for name, spec in self.process_values.items():
+            self._constants[name] = np.array([mpi.process_value(spec)], np.int64)
         entry = self._entry = compiled_sdfg.entry_point(self._compiled, self._named(buffers))
         names = [spec.name for spec in self.arguments + self.results] + list(self.symbol_names)
         position = {name: k for k, name in enumerate(names)}
@@ -440,7 +447,7 @@ def _load(folder: Path, built: bool, sdfg: Any = None) -> Program:
         return [TensorSpec(**{**e, "shape": tuple(e["shape"])}) for e in entries]
 
     arguments = (compiled, specs(meta["arguments"]), specs(meta["results"]), constants,
-                 folder, built, meta["in_place"])
+                 folder, built, meta["in_place"], meta.get("process_values", {}))
     if meta.get("symbols"):
         return SymbolicProgram(*arguments, symbols=meta["symbols"], checks=meta["checks"])
     return Program(*arguments)
@@ -565,23 +572,27 @@ def _checked_meta(folder: Path) -> dict:
 
 def build(sdfg: Any, key: str, arguments: Sequence[TensorSpec], results: Sequence[TensorSpec],
           constants: dict[str, np.ndarray], cpu_flags: str, symbols: Sequence[dict] = (),
-          checks: Sequence[dict] = ()) -> Program:
+          checks: Sequence[dict] = (), process_values: dict[str, dict] | None = None
+          ) -> Program:
     """Compile ``sdfg`` with the C++ flags ``cpu_flags`` into the cache entry ``key`` (or
     load it if another process did). ``symbols``: how to read each symbol from the
     arguments (name, argument, dim); ``checks``: conditions on them (see
-    ``SymbolicProgram``). If the cache folder cannot be written, the rest of the process
-    uses a temporary one (``_fallback_dir``), with a CacheWarning."""
+    ``SymbolicProgram``); ``process_values``: hidden 64-bit arguments each process binds
+    when it loads the program (``mpi.process_value``). If the cache folder cannot be
+    written, the rest of the process uses a temporary one (``_fallback_dir``), with a
+    CacheWarning."""
+    process_values = process_values or {}
     configured = cache_dir()
     _roots()  # replaces an untrusted folder
     root = _fallbacks.get(configured, configured)
     needed = _MIN_FREE_BYTES + sum(c.nbytes for c in constants.values())
     try:
         return _build_in(root, needed, sdfg, key, arguments, results, constants, cpu_flags,
-                         symbols, checks)
+                         symbols, checks, process_values)
     except _Untrusted as exc:  # made just now, in a folder that another user could write
         root = _replace(configured, str(exc), stacklevel=3)
         return _build_in(root, needed, sdfg, key, arguments, results, constants, cpu_flags,
-                         symbols, checks)
+                         symbols, checks, process_values)
     except (OSError, CompilationError) as exc:
         if root != configured or not _unwritable(exc):
             raise _as_compilation_error(exc) from exc
@@ -592,7 +603,7 @@ def build(sdfg: Any, key: str, arguments: Sequence[TensorSpec], results: Sequenc
                   stacklevel=2)
     try:
         return _build_in(fallback, needed, sdfg, key, arguments, results, constants,
-                         cpu_flags, symbols, checks)
+                         cpu_flags, symbols, checks, process_values)
     except OSError as exc:
         raise _as_compilation_error(exc) from exc
 
@@ -620,7 +631,8 @@ def _as_compilation_error(exc: Exception) -> CompilationError:
 
 def _build_in(root: Path, needed: int, sdfg: Any, key: str, arguments: Sequence[TensorSpec],
               results: Sequence[TensorSpec], constants: dict[str, np.ndarray],
-              cpu_flags: str, symbols: Sequence[dict], checks: Sequence[dict]) -> Program:
+              cpu_flags: str, symbols: Sequence[dict], checks: Sequence[dict],
+              process_values: dict[str, dict]) -> Program:
     """``build`` in the cache folder ``root``; OSError if ``root`` cannot be written or
     has less than ``needed`` bytes free."""
     if not root.exists():
@@ -655,6 +667,7 @@ def _build_in(root: Path, needed: int, sdfg: Any, key: str, arguments: Sequence[
                     "results": [asdict(r) for r in results],
                     "symbols": list(symbols), "checks": list(checks),
                     "in_place": _in_place(sdfg, arguments, results),
+                    "process_values": process_values,
                     "files": {str(path.relative_to(staging)): _digest(path)
                               for path in sorted(staging.rglob("*")) if path.is_file()}}
             meta["checksum"] = _meta_checksum(meta)

@@ -1,6 +1,8 @@
 """Sharding annotations and one-process collectives (translate/collectives.py) against
 jax.jit: ``with_sharding_constraint`` and ``shard_map`` over a one-device mesh, whose
-collectives have groups of one; groups of several processes are refused."""
+collectives have groups of one; a program for several processes compiles and, outside an
+MPI job, refuses to run, naming the command to launch (``tests/test_mpi.py`` runs such
+programs under mpirun)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import hlo2dace
-from hlo2dace.errors import UnsupportedError
+from hlo2dace.errors import JobSizeError
 
 from util import ALL_DTYPES, assert_matches_jax, dtype_id
 
@@ -69,12 +71,13 @@ func.func @main(%x: tensor<3xi32>) -> tensor<3xi32> {{
 """
 
 
-def test_group_of_one_runs_and_larger_groups_are_refused():
+def test_group_of_one_runs_and_larger_groups_need_an_mpi_job():
     x = np.array([1.0, -2.0, 3.5, 0.0], np.float32)
     single = hlo2dace.compile_text(MODULE.format(groups="[[0]]", shape="1x1"))
     np.testing.assert_array_equal(single(x), x)
-    with pytest.raises(UnsupportedError, match="groups of 2 processes"):
-        hlo2dace.lower_text(MODULE.format(groups="[[0, 1]]", shape="1x2")).as_sdfg()
+    pair = hlo2dace.compile_text(MODULE.format(groups="[[0, 1]]", shape="1x2"))
+    with pytest.raises(JobSizeError, match=r"runs on 2 processes .* `mpirun -n 2 "):
+        pair(x)
 
 
 def test_collective_permute_without_a_source_gives_zeros():
@@ -83,5 +86,6 @@ def test_collective_permute_without_a_source_gives_zeros():
     np.testing.assert_array_equal(kept(x), x)
     dropped = hlo2dace.compile_text(PERMUTE.format(pairs="", shape="0x2"))
     np.testing.assert_array_equal(dropped(x), np.zeros(3, np.int32))
-    with pytest.raises(UnsupportedError, match="only process 0 exists"):
-        hlo2dace.lower_text(PERMUTE.format(pairs="[[0, 1]]", shape="1x2")).as_sdfg()
+    shifted = hlo2dace.compile_text(PERMUTE.format(pairs="[[0, 1]]", shape="1x2"))
+    with pytest.raises(JobSizeError, match="mpirun -n 2"):
+        shifted(x)

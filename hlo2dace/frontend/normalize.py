@@ -33,6 +33,9 @@ NORMALIZE_PIPELINE = ("builtin.module(func.func(chlo-legalize-to-stablehlo), "
 #: static forms (``dynamic_pad`` -> ``pad``), as XLA refines exported modules.
 REFINE_PIPELINE = ("builtin.module(stablehlo-refine-shapes, "
                    "func.func(stablehlo-canonicalize-dynamism))")
+#: Run as well on the per-device modules XLA's partitioner returns: HLO's ``dot`` comes back
+#: as the deprecated ``stablehlo.dot``, which becomes ``dot_general``.
+PARTITIONED_PIPELINE = "builtin.module(func.func(stablehlo-legalize-deprecated-ops))"
 _DYNAMIC = re.compile(r"tensor<(?:\d+x)*\?|stablehlo\.(?:dynamic_(?:broadcast_in_dim|iota|reshape"
                       r"|pad|gather|conv)|real_dynamic_slice|get_dimension_size)|chlo\.scan")
 
@@ -203,14 +206,20 @@ def _to_mlir_module(ctx, source: Any):
         "a path, a jax.stages.Lowered or a jax.export.Exported")
 
 
-def normalize(source: Any) -> NormalizedModule:
+def normalize(source: Any, processes: tuple[int, int] | None = None) -> NormalizedModule:
     """Parse ``source``, legalise CHLO, refine dynamic shapes where constants determine
-    them, and print the generic op form with locations."""
+    them, and print the generic op form with locations. ``processes``: (replicas,
+    partitions) of a per-device module that XLA's partitioner made (which does not say
+    them itself), recorded as the module's ``mhlo.num_replicas``/``num_partitions``."""
     with stage("normalise"):
         ctx = _context()
         with ctx:
             module = _to_mlir_module(ctx, source)
             _refuse_reverse_scans(module)
+            _dense_replica_groups(module)
+            if processes is not None:
+                _set_processes(module, processes)
+                _run(ctx, module, PARTITIONED_PIPELINE, "legalisation of deprecated ops")
             _run(ctx, module, NORMALIZE_PIPELINE, "legalisation")
             bare = module.operation.get_asm(print_generic_op_form=True,
                                             enable_debug_info=False)
@@ -237,6 +246,60 @@ def _refuse_reverse_scans(module) -> None:
     if reverse:
         raise UnsupportedError("chlo.scan", "is_reverse = true (jaxlib's legalisation "
                                "computes the forward scan)", reverse[0])
+
+
+def _set_processes(module, processes: tuple[int, int]) -> None:
+    from jax.extend.mlir import ir
+
+    for name, count in zip(("mhlo.num_replicas", "mhlo.num_partitions"), processes):
+        module.operation.attributes[name] = ir.IntegerAttr.get(
+            ir.IntegerType.get_signless(32), count)
+
+
+_MESH_AXIS = re.compile(r'"([^"]+)"\s*=\s*(\d+)')
+_MESH_DEVICES = re.compile(r"device_ids\s*=\s*\[([\d,\s]*)\]")
+
+
+def _dense_replica_groups(module) -> None:
+    """Replica groups given as axes of a Shardy mesh (``#stablehlo.replica_group_mesh_axes``,
+    what XLA's partitioner writes) become the dense groups every consumer reads: one group
+    per position on the other axes, holding the devices along the named axes in row-major
+    order of those axes (the mesh's ``device_ids``, else the positions themselves)."""
+    from jax.extend.mlir import ir
+
+    meshes = {}
+    for op in module.body.operations:
+        if op.operation.name == "sdy.mesh":
+            text = str(op.attributes["mesh"])
+            axes = [(name, int(size)) for name, size in _MESH_AXIS.findall(text)]
+            devices = _MESH_DEVICES.search(text)
+            meshes[ir.StringAttr(op.attributes["sym_name"]).value] = (axes, [
+                int(d) for d in devices.group(1).split(",")] if devices else None)
+
+    def visit(op):
+        groups = op.attributes["replica_groups"] if "replica_groups" in op.attributes \
+            else None
+        text = str(groups) if groups is not None else ""
+        if "replica_group_mesh_axes" in text:
+            mesh = re.search(r"mesh = @([\w.$-]+)", text).group(1)
+            names = re.findall(r'axis_ref<name = "([^"]+)"\s*>', text)
+            if mesh not in meshes or "sub_axis" in text:
+                raise UnsupportedError(op.name, f"replica groups {text}: the mesh @{mesh} "
+                                       "is missing or split", str(op.location))
+            axes, devices = meshes[mesh]
+            ids = np.arange(int(np.prod([n for _, n in axes])), dtype=np.int64)
+            ids = np.asarray(devices, np.int64) if devices else ids
+            ids = ids.reshape([n for _, n in axes] or [1])
+            order = [k for k, (name, _) in enumerate(axes) if name not in names] + \
+                [next(k for k, (name, _) in enumerate(axes) if name == wanted)
+                 for wanted in names]
+            kept = int(np.prod([axes[k][1] for k in order[:len(axes) - len(names)]]))
+            dense = ids.transpose(order).reshape(kept, -1)
+            op.attributes["replica_groups"] = ir.DenseElementsAttr.get(dense)
+        return ir.WalkResult.ADVANCE
+
+    if meshes:
+        module.operation.walk(visit)
 
 
 def specialise(normalized: NormalizedModule, types: list[str]) -> NormalizedModule:

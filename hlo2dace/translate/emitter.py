@@ -86,6 +86,7 @@ class Value:
 
 
 Access = Union[Element, Whole, Value, dace.Memlet]
+_PROCESS_VALUE_TYPE = ir.TensorType((), "i64")
 
 
 class Emitter:
@@ -101,6 +102,10 @@ class Emitter:
         self._counter = itertools.count()
         #: hidden constant arguments: data name -> array (in storage dtype)
         self.constants: dict[str, np.ndarray] = {}
+        #: hidden arguments whose value each process supplies when it loads the program
+        #: (its rank, its communicators): data name -> what the runtime binds
+        #: (``runtime.ProcessValue``)
+        self.process_values: dict[str, dict] = {}
         #: the op being emitted: named in errors, its location in the code's debug info
         self.op: ir.Op | None = None
         #: the locations of the calls being inlined, outermost first
@@ -177,6 +182,18 @@ class Emitter:
         self.constants[name] = np.ascontiguousarray(
             element.to_storage(np.asarray(value).reshape(dace_shape(t))))
         return Array(name, t)
+
+    def add_process_value(self, hint: str, spec: dict) -> Array:
+        """A 64-bit integer that the process running the program supplies when it loads
+        it (``spec`` says which: ``runtime.ProcessValue``), made once per spec: one binary
+        serves every rank of a job."""
+        for name, known in self.process_values.items():
+            if known == spec:
+                return Array(name, _PROCESS_VALUE_TYPE)
+        name = f"__process{len(self.process_values)}_{identifier(hint)}"
+        self.sdfg.add_array(name, dace_shape(_PROCESS_VALUE_TYPE), dace.int64)
+        self.process_values[name] = spec
+        return Array(name, _PROCESS_VALUE_TYPE)
 
     def add_register(self, hint: str, ctype: dace.typeclass) -> str:
         """A scalar that lives in a register between the tasklets of one map."""
@@ -298,6 +315,23 @@ class Emitter:
             connectors[conn] = dace.pointer(dtypes.of(array.type).storage)
         tasklet.environments = set(environments)
         return tasklet
+
+    def library_node(self, node: dace.nodes.LibraryNode, inputs: dict[str, Access],
+                     outputs: dict[str, Access]) -> dace.nodes.LibraryNode:
+        """A DaCe library node (a communication node) in the current state, its connectors
+        reading and writing ``Whole`` arrays or ``Value`` elements; optional connectors
+        (a communicator's ``_comm``) are added."""
+        self.state.add_node(node)
+        node.debuginfo = self.debuginfo() or NO_LINEINFO
+        for conn, access in inputs.items():
+            if conn not in node.in_connectors:
+                node.add_in_connector(conn)
+            memlet = self._memlet(access, 0, {}, conn)
+            self.state.add_edge(self.read(memlet.data), None, node, conn, memlet)
+        for conn, access in outputs.items():
+            memlet = self._memlet(access, 0, {}, conn, written=True)
+            self.state.add_edge(node, conn, self.write(memlet.data), None, memlet)
+        return node
 
     @staticmethod
     def _memlet(access: Access, rank: int, pointers: dict, conn: str,
