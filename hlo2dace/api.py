@@ -339,6 +339,10 @@ class JitFunction:
                                **shardings)
         self._cache: dict = {}
         self._lock = threading.Lock()
+        #: in an MPI job, how arguments are sharded decides each rank's program; in one
+        #: process it changes nothing (a merely sharded array is read whole), so it is no
+        #: part of the call's key there
+        self._keyed_by_sharding = mpi.launched_size() > 1
         functools.update_wrapper(self, fun)
 
     def split_static(self, args, kwargs):
@@ -353,10 +357,12 @@ class JitFunction:
     def _signature(self, args, kwargs):
         import jax
 
+        sharding = self._keyed_by_sharding
         if not kwargs and not self.static_argnums and all(
                 type(a) in ARRAY_TYPES for a in args):  # arrays only: no pytree to flatten
             return (_FLAT, tuple((a.shape, a.dtype, getattr(a, "weak_type", False),
-                                  getattr(a, "sharding", None)) for a in args),
+                                  getattr(a, "sharding", None) if sharding else None)
+                                 for a in args),
                     bool(jax.config.jax_enable_x64)), args
         if kwargs or self.static_argnums:
             dynamic_args, dynamic_kwargs, statics = self.split_static(args, kwargs)
@@ -364,6 +370,8 @@ class JitFunction:
             dynamic_args, dynamic_kwargs, statics = list(args), {}, ((), ())
         leaves, tree = jax.tree_util.tree_flatten((dynamic_args, dynamic_kwargs))
         avals = tuple(abstract(leaf) for leaf in leaves)
+        if sharding:
+            avals += tuple(getattr(leaf, "sharding", None) for leaf in leaves)
         return (tree, avals, statics, bool(jax.config.jax_enable_x64)), leaves
 
     def lower(self, *args, **kwargs) -> JitLowered:
@@ -376,8 +384,9 @@ class JitFunction:
             lowered = traced.lower()
         name = getattr(self.fun, "__name__", "program")
         results = Results(lowered.out_tree, traced.jaxpr.out_avals)
-        grid = sharded.processes(lowered.as_text())
-        if grid != (1, 1):  # for a mesh of several devices: XLA's per-device program
+        text = lowered.as_text()
+        grid = sharded.processes(text)
+        if grid != (1, 1) and sharded.runs_as_ranks(text):  # XLA's per-device program
             partitioned = sharded.partition(lowered, grid)
             return JitLowered(partitioned.normalized, name, results, self._optimize,
                               partitioned)

@@ -36,6 +36,9 @@ from .frontend.normalize import NormalizedModule, normalize
 from .progress import stage
 
 _PROCESSES = re.compile(r"mhlo\.num_(replicas|partitions) = (\d+)")
+_PER_DEVICE_CODE = re.compile(
+    r"\b(sdy\.manual_computation|stablehlo\.(all_reduce|all_gather|reduce_scatter|all_to_all"
+    r"|collective_permute|collective_broadcast|partition_id|replica_id))\b")
 
 
 def configure_devices() -> None:
@@ -55,6 +58,14 @@ def processes(text: str) -> tuple[int, int]:
     """(replicas, partitions) that a JAX lowering's module text says it runs on."""
     found = dict(_PROCESSES.findall(text[:4000]))  # module attributes come first
     return int(found.get("replicas", 1)), int(found.get("partitions", 1))
+
+
+def runs_as_ranks(text: str) -> bool:
+    """Whether a JAX lowering's module for several devices runs as an MPI job. In a job it
+    always does. In a single process, only a module with code per device (``shard_map``
+    bodies, explicit collectives) needs ranks: a program whose arrays are merely sharded
+    computes the same global values in one process, as before it met a mesh."""
+    return mpi.launched_size() > 1 or _PER_DEVICE_CODE.search(text) is not None
 
 
 @dataclass
