@@ -78,8 +78,8 @@ class Builder:
         self.emit.new_state("body")
         self.scope: Scope | None = None
         self.open_clusters: dict[tuple[int, ...], ElementwiseCluster] = {}
-        #: the arrays that ops write while a block runs (``Scope.targets``)
-        self.written_in_place: set[str] = set()
+        #: the scopes the one being translated is nested in, innermost first
+        self.enclosing: list[Scope] = []
         self.argument_names: list[str] = []
         self.result_names: list[str] = []
 
@@ -127,10 +127,14 @@ class Builder:
     def entered(self, scope: Scope) -> Iterator[Scope]:
         """Translate in ``scope`` within the ``with`` block."""
         outer, self.scope = self.scope, scope
+        if outer is not None:
+            self.enclosing.insert(0, outer)
         try:
             yield scope
         finally:
             self.scope = outer
+            if outer is not None:
+                self.enclosing.pop(0)
 
     # ------------------------------------------------------------------ values
     def binding(self, value: ir.Value) -> Binding:
@@ -215,47 +219,63 @@ class Builder:
     def claim_in_place(self, value: ir.Value, op: ir.Op, result: ir.Value) -> Array | None:
         """The array holding ``value`` if ``op`` may write ``result`` into it (an update in
         place, as XLA reuses a dead operand's buffer), else None. It may when the array is a
-        transient made in this scope, ``op`` is ``value``'s only user, ``result`` need not
-        go into a function result, and no value still to be read (nor another operand of
-        ``op``) shares the array. When it may, the result's claim on a destination is
-        taken and a new state begins (open clusters are emitted first), so that every
-        earlier read of the array comes before the update."""
+        transient made in this scope or the array ``result`` must go into anyway (a value
+        carried through a loop, ``control.py``; a chain of updates that ends in a function
+        result, ``updates_in_results``), ``op`` is the last user of ``value``, and nothing
+        still to be read shares the array (``overwritable``). When it may, the result's
+        claim on a destination is taken and a new state begins (open clusters are emitted
+        first), so that every earlier read of the array comes before the update. When the
+        array is the destination but something still reads it, the claim is dropped: the
+        result goes into a new array, copied into the destination later."""
         scope = self.scope
         binding = scope.env.get(value.name)
         destination = scope.destinations.get(result.name)
-        if (not isinstance(binding, Array) or value.name not in scope.producers
-                or binding.name in self.constants
-                or not (self.emit.sdfg.arrays[binding.name].transient and destination is None
-                        or binding.name == destination)  # see updates_in_results
-                or not scope.only_user(value, op)):
+        if not isinstance(binding, Array) or binding.name in self.constants:
             return None
-        if any(scope.env[v.name].holds(binding.name) for v in op.operands
-               if v.name != value.name):
-            return None  # the op also reads the array through another operand
-        position = {id(o): k for k, o in enumerate(scope.ops)}
-        now = position[id(op)]
-        for name, other in scope.env.maps[0].items():
-            if name != value.name and other.holds(binding.name) and any(
-                    position.get(id(user), now) > now for user in scope.uses.get(name, ())):
-                return None
+        if destination != binding.name and not (
+                destination is None and value.name in scope.producers
+                and self.emit.sdfg.arrays[binding.name].transient):
+            return None
+        if not self.overwritable(binding.name, op, value):
+            if destination is not None:
+                scope.claim(result)
+            return None
         scope.claim(result)
         self.new_state("in_place")
         return binding
+
+    def overwritable(self, array: str, op: ir.Op, value: ir.Value | None = None) -> bool:
+        """Whether ``op`` (being translated) may overwrite ``array``: no other operand of
+        ``op`` reads it, nor does any value that an op after this one uses (a view, a
+        pending value recomputed where it is read), in this scope or one it is nested in
+        (the caller of an inlined call, the scope around a loop), ``value`` (an operand
+        that ``op`` replaces) included."""
+        if any(self.scope.env[v.name].holds(array) for v in op.operands
+               if value is None or v.name != value.name):
+            return False
+        for scope in (self.scope, *self.enclosing):
+            for name, other in scope.env.maps[0].items():
+                if other.holds(array) and scope.used_later(name):
+                    return False
+        return True
 
     # ------------------------------------------------------------------ pending values
     def absorb(self, values: Sequence[ir.Value], op: ir.Op, operands: Sequence[ir.Value]
                ) -> None:
         """Let ``op`` compute each of ``values`` that is pending and read by ``op`` alone in
         its own map (``element_reads``), so that its cluster never writes it, as XLA fuses
-        the update of a ``.at[].set`` into it. Not when that would read the array of one of
-        ``operands`` (``op`` may update it in place) or one a loop updates in place."""
+        the update of a ``.at[].set`` into it. Not when that would read an array that ``op``
+        may write (one of ``operands``' updated in place, or a result's destination)."""
         if not self.level.recomputed_ops:
             return
         scope = self.scope
-        held = {binding.name for v in operands  # those claim_in_place may update
-                if isinstance(binding := scope.env.get(v.name), Array)
-                and v.name in scope.producers
-                and self.emit.sdfg.arrays[binding.name].transient}
+        # the arrays op may write: its results' destinations, and those of ``operands``
+        # that claim_in_place may update
+        held = {scope.destinations[r.name] for r in op.results if r.name in scope.destinations}
+        held |= {binding.name for v in operands
+                 if isinstance(binding := scope.env.get(v.name), Array)
+                 and v.name in scope.producers
+                 and self.emit.sdfg.arrays[binding.name].transient}
         for value in values:
             binding = self.binding(value)
             if not (isinstance(binding, Pending) and binding.unresolved
@@ -270,8 +290,7 @@ class Builder:
             # that, resolving the value recomputes it)
             binding.cluster.absorbed.add(binding.key)
             reads = [self.resolve(read) for read in reads]
-            if any(read.holds(name) for read in reads
-                   for name in (*held, *self.written_in_place)):
+            if any(read.holds(name) for read in reads for name in held):
                 binding.cluster.absorbed.discard(binding.key)
 
     def _absorbed(self, binding: Binding) -> bool:
@@ -360,16 +379,16 @@ class Builder:
         return results
 
     def _recomputable(self, binding: PendingView) -> bool:
-        """Whether an elementwise consumer may recompute ``binding``: it takes few ops, and
-        reads no array that a loop body's maps write in place (a map could then read an
-        element it already overwrote). Concatenations it reads are written first (so
-        this is not a pure query: it may emit them)."""
+        """Whether an elementwise consumer may recompute ``binding``: it takes few ops.
+        Concatenations it reads are written first (so this is not a pure query: it may
+        emit them). An update in place never overwrites what a recomputed value still
+        reads (``overwritable``)."""
         reads = recomputed_reads(binding, self.level.recomputed_ops)
         if reads is None:
             return False
-        reads = [self.resolve(read) for read in reads]
-        return not any(read.holds(target) for read in reads
-                       for target in self.written_in_place)
+        for read in reads:
+            self.resolve(read)
+        return True
 
     def close_cluster(self, cluster: ElementwiseCluster) -> None:
         """Emit ``cluster``'s map (once) and forget it as the open cluster of its shape."""
@@ -385,10 +404,11 @@ class Builder:
         """Translate the ops of ``block`` in ``scope``; returns the bindings of the values
         its terminator returns (terminator ``func.return`` / ``stablehlo.return``), None
         for those the scope does not need (see ``Scope.of``)."""
-        self.written_in_place |= scope.targets
         with self.entered(scope):
-            for op in scope.ops[:-1]:
+            for position, op in enumerate(scope.ops[:-1]):
+                scope.now = position
                 self.translate_op(op)
+            scope.now = len(scope.ops) - 1
             return [scope.env.get(v.name) for v in block.terminator.operands]
 
     def translate_op(self, op: ir.Op) -> None:

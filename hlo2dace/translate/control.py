@@ -75,7 +75,10 @@ def call(b: Builder, op: ir.Op) -> list[Binding]:
     destinations = [b.scope.claim(r) for r in op.results]
     results = b.call_function(function, [b.binding(v) for v in op.operands], destinations)
     for k, (value, binding, destination) in enumerate(zip(op.results, results, destinations)):
-        if destination is not None and not binding.lands_in(destination):
+        # a destination that still holds a value read later (a loop-carried array whose
+        # update the callee could not make in place) is written by the loop at its end
+        if (destination is not None and not binding.lands_in(destination)
+                and b.overwritable(destination, op)):
             target = Array(destination, value.type)
             b.emit.copy(b.resolve(binding), target)
             results[k] = target

@@ -223,7 +223,7 @@ def _update_strided(b: Builder, op: ir.Op, targets: Sequence[Array],
                               for k, (e, r) in enumerate(zip(elements, returned))]
     b.emit.map("scatter", updates[0].type.shape, "\n".join(code), inputs,
                {f"__r{k}": dace.Memlet(f"{target.name}[{position}]")
-                for k, target in enumerate(targets)})
+                for k, target in enumerate(targets)}, max(1, len(computed)))
 
 
 def _order_free(region: ir.Region, element: dtypes.ElementType) -> bool:

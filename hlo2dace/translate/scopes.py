@@ -23,8 +23,10 @@ class Scope:
     destinations: dict[str, str] = field(default_factory=dict)
     #: value name -> the op of the block that computes it
     producers: dict[str, ir.Op] = field(default_factory=dict)
-    #: the arrays of ``destinations``: in a loop body, maps may write these where they read
-    targets: frozenset[str] = frozenset()
+    #: value name -> the position in ``ops`` of its last user
+    last_use: dict[str, int] = field(default_factory=dict)
+    #: the position in ``ops`` of the op being translated (``Builder.translate_block``)
+    now: int = 0
 
     @classmethod
     def of(cls, env: ChainMap, block: ir.Block, destinations=None,
@@ -32,8 +34,11 @@ class Scope:
         ops = live_ops(block, returned)
         producers = {result.name: op for op in ops for result in op.results}
         destinations = dict(destinations or {})
-        return cls(env, ops, collect_uses(ops), destinations, producers,
-                   frozenset(destinations.values()))
+        uses = collect_uses(ops)
+        position = {id(op): k for k, op in enumerate(ops)}
+        last_use = {name: max(position[id(user)] for user in users)
+                    for name, users in uses.items()}
+        return cls(env, ops, uses, destinations, producers, last_use)
 
     def claim(self, value: ir.Value) -> str | None:
         """The array ``value`` must be written into, if any; the claim is removed, so that
@@ -43,6 +48,10 @@ class Scope:
     def only_user(self, value: ir.Value, op: ir.Op) -> bool:
         """Whether ``op`` is the one op of this scope that uses ``value``."""
         return [id(user) for user in self.uses.get(value.name, ())] == [id(op)]
+
+    def used_later(self, name: str) -> bool:
+        """Whether an op after the one being translated uses the value ``name``."""
+        return self.last_use.get(name, -1) > self.now
 
 
 def live_ops(block: ir.Block, returned: Sequence[int] | None = None) -> list[ir.Op]:
@@ -112,23 +121,37 @@ def updates_in_results(block: ir.Block, destinations: dict[str, str]) -> None:
 def updates_in_place(module: ir.Module, block: ir.Block, argument: ir.Value,
                      returned: ir.Value) -> bool:
     """Whether ``returned`` may be written into the array that holds ``argument`` while
-    ``block`` runs: ``argument``'s only use is the op producing ``returned``, and that op
-    reads it at the position it writes (an elementwise op), replaces a window of it
-    (``window_updates``), or is a call whose callee does so."""
+    ``block`` runs: the op producing ``returned`` reads ``argument`` at the position it
+    writes (an elementwise op, the argument's only use), or replaces a window of it
+    (``window_updates``), also through calls, every other use of ``argument`` coming
+    before it (a stencil reads the array, then updates its interior). What those earlier
+    uses leave to be read later (a view, a pending value) is checked when the update is
+    translated (``Builder.claim_in_place``), which then writes a new array instead."""
+    return _in_place_kind(module, block, argument, returned) is not None
+
+
+def _in_place_kind(module: ir.Module, block: ir.Block, argument: ir.Value,
+                   returned: ir.Value) -> str | None:
+    """``"window"`` or ``"elementwise"`` for the update of ``updates_in_place``, else None.
+    Only a window update, which checks what is left to read when it is translated, may
+    follow other uses of the array; an elementwise one (written by its cluster's map
+    whenever that is emitted) must be the only use, at every call level."""
     users = [o for o in block.ops if any(argument == v for inner in o.walk()
                                          for v in inner.operands)]
-    if len(users) != 1 or returned not in users[0].results:
-        return False
-    (user,) = users
+    user = next((o for o in block.ops if returned in o.results), None)
+    if user is None or not users or users[-1] is not user:
+        return None
     if registry.elementwise_rule(user) is not None:
-        return True
-    if argument not in user.operands:  # read inside a region of the op
-        return False
+        return "elementwise" if len(users) == 1 else None
+    if user.operands.count(argument) != 1 or any(
+            argument == v for inner in list(user.walk())[1:] for v in inner.operands):
+        return None  # not an operand, read twice, or read inside a region of the op
     k, j = user.operands.index(argument), user.results.index(returned)
     if window_updates(user).get(k) == j:
-        return user.operands.count(argument) == 1
+        return "window"
     function = callee(module, user)
-    if function is None or user.operands.count(argument) != 1:
-        return False
-    return updates_in_place(module, function.body.entry, function.arguments[k],
-                            function.body.entry.terminator.operands[j])
+    if function is None:
+        return None
+    kind = _in_place_kind(module, function.body.entry, function.arguments[k],
+                          function.body.entry.terminator.operands[j])
+    return kind if kind == "window" or len(users) == 1 else None
