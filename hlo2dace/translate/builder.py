@@ -49,7 +49,7 @@ from .bindings import (
 )
 from .emitter import HELPERS_CPP, Element, Emitter, Whole
 from .literals import literal
-from .scopes import Scope, callee, updates_in_results
+from .scopes import Scope, callee, updates_in_place, updates_in_results
 
 
 class Builder:
@@ -166,11 +166,12 @@ class Builder:
 
     def allocate_result(self, value: ir.Value, hint: str = "", scope: Scope | None = None
                         ) -> Array:
-        """The array an op writes ``value`` into: its function result (the claim is taken:
-        no other op writes it) if it is one, else a new transient."""
+        """The array an op writes ``value`` into: its destination (a function result, a
+        loop-carried array; the claim is taken: no other op writes it) if it has one and
+        nothing read later still needs what that array holds, else a new transient."""
         assert isinstance(value.type, ir.TensorType)
         destination = (scope or self.scope).claim(value) if (scope or self.scope) else None
-        if destination is not None:
+        if destination is not None and self.overwritable(destination):
             return Array(destination, value.type)
         return self.emit.add_array(hint or value.name.lstrip("%"), value.type)
 
@@ -230,11 +231,18 @@ class Builder:
         scope = self.scope
         binding = scope.env.get(value.name)
         destination = scope.destinations.get(result.name)
+        if destination is not None and not binding.is_array(destination):
+            # the operand is copied into the destination first: not while something
+            # still reads it, and after the open clusters (which may read it) are emitted
+            if self.overwritable(destination, op):
+                self.new_state("update")
+            else:
+                scope.claim(result)
+            return None
         if not isinstance(binding, Array) or binding.name in self.constants:
             return None
-        if destination != binding.name and not (
-                destination is None and value.name in scope.producers
-                and self.emit.sdfg.arrays[binding.name].transient):
+        if destination is None and not (value.name in scope.producers
+                                         and self.emit.sdfg.arrays[binding.name].transient):
             return None
         if not self.overwritable(binding.name, op, value):
             if destination is not None:
@@ -244,14 +252,18 @@ class Builder:
         self.new_state("in_place")
         return binding
 
-    def overwritable(self, array: str, op: ir.Op, value: ir.Value | None = None) -> bool:
-        """Whether ``op`` (being translated) may overwrite ``array``: no other operand of
-        ``op`` reads it, nor does any value that an op after this one uses (a view, a
-        pending value recomputed where it is read), in this scope or one it is nested in
-        (the caller of an inlined call, the scope around a loop), ``value`` (an operand
-        that ``op`` replaces) included."""
-        if any(self.scope.env[v.name].holds(array) for v in op.operands
-               if value is None or v.name != value.name):
+    def overwritable(self, array: str, op: ir.Op | None = None,
+                     value: ir.Value | None = None) -> bool:
+        """Whether the op being translated may overwrite ``array``: no value that an op
+        after it uses reads it (a view, a pending value recomputed where it is read), in
+        this scope or one it is nested in (the caller of an inlined call, the scope around
+        a loop), ``value`` (an operand that the op replaces) included; with ``op``, no
+        other operand of ``op`` reads it either (but one that ``absorb`` gave ``op``,
+        which reads it only where ``op`` writes)."""
+        if op is not None and any(
+                binding.holds(array) and not self._absorbed(binding) for v in op.operands
+                if (value is None or v.name != value.name)
+                and (binding := self.scope.env[v.name]) is not None):
             return False
         for scope in (self.scope, *self.enclosing):
             for name, other in scope.env.maps[0].items():
@@ -260,12 +272,15 @@ class Builder:
         return True
 
     # ------------------------------------------------------------------ pending values
-    def absorb(self, values: Sequence[ir.Value], op: ir.Op, operands: Sequence[ir.Value]
-               ) -> None:
+    def absorb(self, values: Sequence[ir.Value], op: ir.Op, operands: Sequence[ir.Value],
+               window: Sequence[Axis] | None = None) -> None:
         """Let ``op`` compute each of ``values`` that is pending and read by ``op`` alone in
         its own map (``element_reads``), so that its cluster never writes it, as XLA fuses
         the update of a ``.at[].set`` into it. Not when that would read an array that ``op``
-        may write (one of ``operands``' updated in place, or a result's destination)."""
+        may write (one of ``operands``' updated in place, or a result's destination),
+        unless ``op`` writes the point of its map at ``window`` of that array (as a view's
+        axes) and the value reads it only there: each element is read before it is
+        written (``x.at[1:].set(x[1:] * 2)``)."""
         if not self.level.recomputed_ops:
             return
         scope = self.scope
@@ -290,7 +305,10 @@ class Builder:
             # that, resolving the value recomputes it)
             binding.cluster.absorbed.add(binding.key)
             reads = [self.resolve(read) for read in reads]
-            if any(read.holds(name) for read in reads for name in held):
+            here = window is not None and recomputed_reads(
+                binding, 4 * self.level.recomputed_ops, pointwise=True) is not None
+            if any(read.holds(name) and not (here and _reads_window(read, name, window))
+                   for read in reads for name in held):
                 binding.cluster.absorbed.discard(binding.key)
 
     def _absorbed(self, binding: Binding) -> bool:
@@ -489,6 +507,12 @@ class Builder:
         for value, destination in zip(block.terminator.operands, destinations):
             if destination is not None and value.name in produced:
                 wanted.setdefault(value.name, destination)
+                # a chain of updates of an argument in that array: each in place
+                for argument, binding in zip(function.arguments, arguments):
+                    if binding.is_array(destination):
+                        for step in updates_in_place(self.module, block, argument,
+                                                     value) or ():
+                            wanted.setdefault(step.name, destination)
         with self.emit.calling():
             return self.translate_block(block, Scope.of(env, block, wanted))
 
@@ -538,3 +562,14 @@ class Builder:
         self.emit.new_state("epilogue")
         self._fp_mode_tasklet("h2d::leave_fp_mode();")
         return self.emit.sdfg
+
+
+def _reads_window(read: Binding, array: str, window: Sequence[Axis]) -> bool:
+    """Whether ``read`` reads ``array`` at ``window`` of the map's point and nowhere else."""
+    def key(axes):
+        return [(a.dim, a.stride if a.dim is not None else 0, a.offset) for a in axes]
+
+    if isinstance(read, View):
+        return read.source.name == array and key(read.axes) == key(window)
+    return isinstance(read, Array) and read.name == array and key(window) == key(
+        [Axis(d) for d in range(read.type.rank)])

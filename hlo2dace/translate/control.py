@@ -324,10 +324,13 @@ def _body(b: Builder, op: ir.Op, sources: Sequence[Binding], targets: dict[int, 
     destinations = {}
     for k in slots:
         value, source = returned[k], sources[k]
-        other_buffer = not source.is_array(targets[k].name)
-        if value.name not in destinations and any(value in o.results for o in body.ops) and (
-                other_buffer or updates_in_place(b.module, body, body.arguments[k], value)):
+        if value.name in destinations or not any(value in o.results for o in body.ops):
+            continue
+        if not source.is_array(targets[k].name):  # another buffer
             destinations[value.name] = targets[k].name
+            continue
+        for step in updates_in_place(b.module, body, body.arguments[k], value) or ():
+            destinations.setdefault(step.name, targets[k].name)
     env = b.scope.env.new_child(dict(zip((a.name for a in body.arguments), sources)))
     scope = Scope.of(env, body, destinations, returned=slots)
     results = b.translate_block(body, scope)

@@ -20,7 +20,7 @@ import numpy as np
 
 from .. import ir
 from . import dtypes, registry
-from .bindings import Array, Binding, Literal, View, flat_index, map_params
+from .bindings import Array, Axis, Binding, Literal, View, flat_index, map_params
 from .builder import Builder
 from .cpp import Loop, Writer
 from .emitter import Element, Whole, schedule_for
@@ -299,7 +299,8 @@ def scatter(b: Builder, op: ir.Op) -> list[Binding]:
                     for d in range(len(shape))]
     strided = _strided_window(b, op, numbers, window_of, window_sizes)
     if strided is not None:
-        b.absorb(updates, op, inputs)
+        b.absorb(updates, op, inputs,
+                 [Axis(dim, stride, offset) for offset, stride, dim in strided])
 
     targets = []
     for value, result in zip(inputs, op.results):

@@ -119,39 +119,63 @@ def updates_in_results(block: ir.Block, destinations: dict[str, str]) -> None:
 
 
 def updates_in_place(module: ir.Module, block: ir.Block, argument: ir.Value,
-                     returned: ir.Value) -> bool:
-    """Whether ``returned`` may be written into the array that holds ``argument`` while
-    ``block`` runs: the op producing ``returned`` reads ``argument`` at the position it
-    writes (an elementwise op, the argument's only use), or replaces a window of it
-    (``window_updates``), also through calls, every other use of ``argument`` coming
-    before it (a stencil reads the array, then updates its interior). What those earlier
-    uses leave to be read later (a view, a pending value) is checked when the update is
-    translated (``Builder.claim_in_place``), which then writes a new array instead."""
-    return _in_place_kind(module, block, argument, returned) is not None
+                     returned: ir.Value) -> list[ir.Value] | None:
+    """The values of ``block`` that may be written into the array holding ``argument``
+    while ``block`` runs, on the way to ``returned`` (last), or None: ``returned`` is
+    made by an op that reads ``argument`` at the position it writes (an elementwise op,
+    the argument's only use), or by a chain of ops that each replace a window of the
+    previous value (``window_updates``: ``x.at[0].set(a).at[1:].set(b)``), also through
+    calls, each the last use of its operand (a stencil reads the array, then updates its
+    interior). What the earlier uses leave to be read later (a view, a pending value) is
+    checked when an update is translated (``Builder.claim_in_place``), which then writes
+    a new array instead."""
+    found = _in_place_chain(module, block, argument, returned)
+    return None if found is None else found[1]
 
 
-def _in_place_kind(module: ir.Module, block: ir.Block, argument: ir.Value,
-                   returned: ir.Value) -> str | None:
-    """``"window"`` or ``"elementwise"`` for the update of ``updates_in_place``, else None.
-    Only a window update, which checks what is left to read when it is translated, may
-    follow other uses of the array; an elementwise one (written by its cluster's map
-    whenever that is emitted) must be the only use, at every call level."""
-    users = [o for o in block.ops if any(argument == v for inner in o.walk()
-                                         for v in inner.operands)]
+def _in_place_chain(module: ir.Module, block: ir.Block, argument: ir.Value,
+                    returned: ir.Value) -> tuple[str, list[ir.Value]] | None:
+    """``(kind, values)`` for ``updates_in_place``, ``kind`` saying how the first value is
+    made: ``"window"`` or ``"elementwise"``. Only window updates, which check what is
+    left to read when they are translated, may follow other uses of the array; an
+    elementwise update (written whenever its cluster's map is emitted) must be the only
+    use, at every call level."""
     user = next((o for o in block.ops if returned in o.results), None)
-    if user is None or not users or users[-1] is not user:
+    if user is None:
         return None
     if registry.elementwise_rule(user) is not None:
-        return "elementwise" if len(users) == 1 else None
-    if user.operands.count(argument) != 1 or any(
-            argument == v for inner in list(user.walk())[1:] for v in inner.operands):
-        return None  # not an operand, read twice, or read inside a region of the op
-    k, j = user.operands.index(argument), user.results.index(returned)
-    if window_updates(user).get(k) == j:
-        return "window"
+        users = [o for o in block.ops if any(argument == v for inner in o.walk()
+                                             for v in inner.operands)]
+        return ("elementwise", [returned]) if users == [user] else None
+    j = user.results.index(returned)
+    k = next((k for k, m in window_updates(user).items() if m == j), None)
+    if k is not None:  # a window update of operand k
+        operand = user.operands[k]
+        if not _last_use(block, operand, user):
+            return None
+        if operand == argument:
+            return "window", [returned]
+        earlier = _in_place_chain(module, block, argument, operand)
+        if earlier is None or earlier[0] != "window":
+            return None
+        return "window", [*earlier[1], returned]
     function = callee(module, user)
-    if function is None:
+    if function is None or not _last_use(block, argument, user):
         return None
-    kind = _in_place_kind(module, function.body.entry, function.arguments[k],
-                          function.body.entry.terminator.operands[j])
-    return kind if kind == "window" or len(users) == 1 else None
+    k = user.operands.index(argument)
+    inner = _in_place_chain(module, function.body.entry, function.arguments[k],
+                            function.body.entry.terminator.operands[j])
+    if inner is None:
+        return None
+    sole = [o for o in block.ops if any(argument == v for v in o.operands)] == [user]
+    return (inner[0], [returned]) if inner[0] == "window" or sole else None
+
+
+def _last_use(block: ir.Block, value: ir.Value, user: ir.Op) -> bool:
+    """Whether ``user`` is the last op of ``block`` to use ``value``, reads it as one
+    operand, and not inside its regions."""
+    users = [o for o in block.ops if any(value == v for inner in o.walk()
+                                         for v in inner.operands)]
+    return (bool(users) and users[-1] is user and user.operands.count(value) == 1
+            and not any(value == v for inner in list(user.walk())[1:]
+                        for v in inner.operands))
