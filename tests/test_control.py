@@ -497,6 +497,8 @@ HAZARDS = {
     # the same window read reversed, and through a view of a pending value
     "reversed window": lambda a: a.at[0:4].set(a[3::-1] + 1),
     "view of pending": lambda a: a.at[1:5].set((a * 2)[1:5][::-1]),
+    # the whole array (an index vector of no components) read reversed and in place
+    "whole array": lambda a: a.at[:].set(jnp.minimum(a, a[::-1] + a[2])),
     # the same positions: safe, computed in place
     "same positions": lambda a: a.at[1:].set(a[1:] * 2 - a[:-1]),
     # an update in a called function while the caller reads the array afterwards

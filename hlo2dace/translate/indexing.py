@@ -154,13 +154,15 @@ def _strided_window(b: Builder, op: ir.Op, numbers: dict, window_of: dict[int, i
     box of distinct elements, as ``x.at[2:5]``, ``x.at[::2]`` or ``x.at[:, 1]`` do."""
     n = (len(op.operands) - 1) // 2
     indices, updates = op.operands[n], op.operands[n + 1]
-    starts = known_value(b.scope, b.constants, indices)
-    if starts is None:
-        return None
+    to_operand = numbers.get("scatter_dims_to_operand_dims", ())
+    # index vectors of no components (``x.at[:].set``) place every window at 0
+    starts = known_value(b.scope, b.constants, indices) if to_operand else np.zeros(
+        indices.type.shape, np.int64)
     shape, update_shape = op.operands[0].type.shape, updates.type.shape
+    if starts is None or 0 in update_shape:
+        return None  # no updates to place: the general path does nothing, as it should
     window_dims = numbers.get("update_window_dims", ())
     scatter_dims = [d for d in range(len(update_shape)) if d not in window_dims]
-    to_operand = numbers.get("scatter_dims_to_operand_dims", ())
     ivd = numbers.get("index_vector_dim", 0)
     batch = np.indices([update_shape[d] for d in scatter_dims], dtype=np.int64)
     # the start of each update's window along each operand dimension, over the scatter dims
