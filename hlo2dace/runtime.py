@@ -622,18 +622,8 @@ def _build_in(root: Path, needed: int, sdfg: Any, key: str, arguments: Sequence[
             return cached
         staging = Path(tempfile.mkdtemp(prefix=f"{key}.", suffix=".tmp", dir=root))
         try:
-            import dace
-
-            configure_dace()
-            dace.Config.set("compiler", "cpu", "args", value=cpu_flags)
             sdfg.name = f"h2d_{key[:16]}"
-            sdfg.build_folder = str(staging / "build")
-            try:
-                with folders.dace_build_environment():
-                    sdfg.compile(validate=True, return_program_handle=False)
-            except Exception as exc:
-                raise CompilationError(f"DaCe could not compile the translated program: "
-                                       f"{type(exc).__name__}: {exc}") from exc
+            _compile(sdfg, staging / "build", cpu_flags)
             # the object files (named after the staging folder) serve no later build
             shutil.rmtree(staging / "build" / "build" / "CMakeFiles", ignore_errors=True)
             np.savez(staging / "constants.npz", **constants)
@@ -655,3 +645,30 @@ def _build_in(root: Path, needed: int, sdfg: Any, key: str, arguments: Sequence[
         sdfg.build_folder = str(final / "build")
         program = _loaded[final] = _load(final, built=True, sdfg=sdfg)
     return program
+
+
+def _compile(sdfg: Any, build_folder: Path, cpu_flags: str) -> None:
+    """DaCe's code generation and C++ build of ``sdfg`` in ``build_folder``."""
+    import dace
+
+    configure_dace()
+    dace.Config.set("compiler", "cpu", "args", value=cpu_flags)
+    sdfg.build_folder = str(build_folder)
+    try:
+        with folders.dace_build_environment():
+            sdfg.compile(validate=True, return_program_handle=False)
+    except Exception as exc:
+        raise CompilationError(f"DaCe could not compile the translated program: "
+                               f"{type(exc).__name__}: {exc}") from exc
+
+
+def build_uncached(sdfg: Any, folder: Path, arguments: Sequence[TensorSpec],
+                   results: Sequence[TensorSpec], constants: dict[str, np.ndarray],
+                   cpu_flags: str) -> Program:
+    """Compile ``sdfg`` (sizes known) into ``folder``, a private folder of the caller's,
+    outside the cache, and load it: for programs that write files beside their binary,
+    such as the profiler's instrumented builds (DaCe writes their reports into
+    ``<folder>/build/perf``, a path it compiles into the code)."""
+    _compile(sdfg, folder / "build", cpu_flags)
+    return Program(compiled_sdfg.load(folder / "build", sdfg=sdfg), arguments, results,
+                   constants, folder, built=True)
