@@ -13,8 +13,8 @@ medians.
 DaCe's timers read the clock in whole microseconds, so an element that runs for less
 than a few microseconds per execution (a small map in a loop body) is rounded down on
 every execution; the table says how often each ran. The difference between the
-program's time and the sum of its top-level states is the cost of the call itself and of
-the timers."""
+program's time and the sum of its states is the cost of the call itself and of the
+timers. Times per call are medians over the profiled calls, element by element."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ import linecache
 import math
 import re
 import shutil
+import statistics
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -47,7 +48,7 @@ class Item:
     loops: tuple[str, ...]
     #: executions per program call
     count: float
-    #: seconds per program call
+    #: seconds per program call (the median over the profiled calls)
     seconds: float
     #: StableHLO op -> how many of the element's tasklets compute it
     ops: dict[str, int] = field(default_factory=dict)
@@ -228,7 +229,8 @@ def _origins(tasklet) -> list[tuple[str, str]]:
 
 
 def _describe(sdfg, totals: dict, counts: dict, runs: int) -> list[Item]:
-    """The timed elements, with their ops, lines, loops and times per call."""
+    """The timed elements, with their ops, lines, loops, executions and seconds per call
+    (``totals``: per call already)."""
     import dace
 
     items = []
@@ -240,7 +242,7 @@ def _describe(sdfg, totals: dict, counts: dict, runs: int) -> list[Item]:
             loops.append(parent.label)
             parent = parent.parent_graph
         loops = tuple(reversed(loops))
-        count, per_call = counts[(cfg_id, state_id, node_id)] / runs, seconds / runs
+        count, per_call = counts[(cfg_id, state_id, node_id)] / runs, seconds
         if node_id < 0:
             items.append(Item("state", state.label, loops, count, per_call))
             continue
@@ -262,10 +264,15 @@ def _describe(sdfg, totals: dict, counts: dict, runs: int) -> list[Item]:
     return items
 
 
-def _read_reports(folder: Path, totals: dict, counts: dict) -> None:
-    """Add the events of DaCe's reports in ``folder`` to ``totals`` (seconds) and
-    ``counts`` per element, and delete the reports."""
+def _read_reports(folder: Path) -> tuple[dict, dict, int]:
+    """The reports of DaCe's timers in ``folder``, one per call: per element, the median
+    over the calls of its seconds in a call (robust to bursts of load from other
+    processes, as the program's own median time is) and its total executions; and the
+    number of calls."""
+    per_call: list[dict] = []
+    counts: dict = defaultdict(int)
     for report in sorted(folder.glob("report-*.json")):
+        seconds: dict = defaultdict(float)
         for event in json.loads(report.read_text())["traceEvents"]:
             if event.get("ph") != "X":
                 continue
@@ -273,9 +280,13 @@ def _read_reports(folder: Path, totals: dict, counts: dict) -> None:
             key = (args["cfg_id"], args.get("state_id", -1), args.get("id", -1))
             if key[1] < 0:
                 continue  # the whole SDFG
-            totals[key] += event["dur"] * 1e-6
+            seconds[key] += event["dur"] * 1e-6
             counts[key] += 1
-        report.unlink()
+        per_call.append(seconds)
+    runs = len(per_call)
+    medians = {key: statistics.median(call.get(key, 0.0) for call in per_call)
+               for key in counts}
+    return medians, counts, runs
 
 
 def profile_lowered(lowered, arrays: Sequence[np.ndarray], name: str = "program",
@@ -296,31 +307,33 @@ def profile_lowered(lowered, arrays: Sequence[np.ndarray], name: str = "program"
 
         timed = lowered.compile_uncached(folder, adjust)
         perf = folder / "build" / "perf"
-        totals: dict = defaultdict(float)
-        counts: dict = defaultdict(int)
         timed.call_flat(arrays)  # the first call allocates and initialises
-        _read_reports(perf, defaultdict(float), defaultdict(int))
-        runs, deadline = 0, time.perf_counter() + budget
-        while runs < 3 or time.perf_counter() < deadline and runs < 1000:
+        for report in perf.glob("report-*.json"):
+            report.unlink()
+        # calls back to back, as the program's own time is measured; a report is named
+        # by the millisecond it was written in, so calls shorter than that leave one
+        # report per millisecond: a sample of whole calls, each report one call's events
+        calls, deadline = 0, time.perf_counter() + budget
+        while calls < 3 or time.perf_counter() < deadline and calls < 1000:
             timed.call_flat(arrays)
-            _read_reports(perf, totals, counts)
-            runs += 1
+            calls += 1
+        totals, counts, runs = _read_reports(perf)
         sdfg = instrumented[0]
         items = _describe(sdfg, totals, counts, runs)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    _label_with_times(sdfg, totals, runs)
+    _label_with_times(sdfg, totals)
     return Profile(name, seconds, xla_seconds, runs, items, sdfg)
 
 
-def _label_with_times(sdfg, totals: dict, runs: int) -> None:
+def _label_with_times(sdfg, totals: dict) -> None:
     """Append each timed state's and map's time per call to its label (the SDFG is the
     instrumented copy, shown in the viewer; it is not compiled again)."""
     import dace
 
     for (cfg_id, state_id, node_id), seconds in totals.items():
         state = sdfg.cfg_list[cfg_id].node(state_id)
-        note = f" [{_time(seconds / runs)}]"
+        note = f" [{_time(seconds)}]"
         if node_id < 0:
             state.label += note
         else:

@@ -61,8 +61,8 @@ def test_times_are_attributed_to_ops_and_lines(report):
     assert all(line == f"{__file__}:{STEP_LINE}" for i in in_loop for line in i.lines)
     lines = dict(report.by(lambda item, op, line: line))
     assert lines[f"{__file__}:{STEP_LINE}"] > 0
-    # the states hold everything that was timed inside them
-    assert report.measured_seconds >= sum(i.seconds for i in work) * 0.999
+    # a map or call runs inside a state: in every call, the states take longer
+    assert 0 < max(i.seconds for i in work) <= report.measured_seconds
     text = report.table()
     assert "by StableHLO op" in text and "tanh" in text and "hlo2dace/XLA" in text
 
