@@ -3,6 +3,7 @@ Python frontend, on one thread and on all threads. Writes docs/npbench.md and
 docs/npbench.png.
 
     python bench/npbench.py --npbench PATH/TO/npbench [--presets S M] [--kernels gemm ...]
+    python bench/npbench.py --npbench PATH --profile --kernels deriche [--html FOLDER]
 
 NPBench's code is imported from the user's checkout, never copied: its ``bench_info/*.json``
 name each kernel's arguments, presets and initialisation; ``*_jax.py`` is what XLA and
@@ -19,7 +20,8 @@ compared with XLA's (``hlo2dace.compare.compare_arrays``: the dtype's tolerance,
 integers). Times are medians, the frameworks taking turns in rounds with the best round kept
 (``harness.interleaved``); arguments a kernel overwrites (NumPy, DaCe) are copied outside
 the timed call. ``--rows FILE`` keeps the measurements as JSON and ``--from-rows FILE``
-rewrites the documents from them.
+rewrites the documents from them. ``--profile`` shows where hlo2dace's time goes in the
+given kernels instead (``hlo2dace.profile``).
 """
 
 from __future__ import annotations
@@ -201,6 +203,31 @@ def _measure_preset(row: dict, info: dict, preset: str, xla, ours, budget: float
     row.update({f"{k}_s": v for k, v in interleaved(calls, budget).items()})
 
 
+def profile(checkout: Path, name: str, info: dict, presets, html: Path | None) -> None:
+    """``hlo2dace.profile`` of one kernel at every preset, in this process: the table on
+    stdout, and the HTML report with the SDFG in ``html`` if given."""
+    import inspect
+
+    import jax
+
+    import hlo2dace
+
+    jax.config.update("jax_enable_x64", True)
+    sys.path.insert(0, str(checkout))
+    function, static_argnums, static_argnames = _jax_kernel(info)
+    for preset in presets:
+        data = _inputs(info, preset)
+        args = [jax.device_put(data[a]) if a in info["array_args"] else data[a]
+                for a in info["input_args"]]
+        report = hlo2dace.profile(inspect.unwrap(function), *args,
+                                  static_argnums=static_argnums, static_argnames=static_argnames)
+        report.name = f"{name} (preset {preset})"
+        print(report.table(top=12), "\n", flush=True)
+        if html is not None:
+            html.mkdir(parents=True, exist_ok=True)
+            print("wrote", report.write_html(html / f"{name}-{preset}.html"), flush=True)
+
+
 def run_setting(checkout: Path, names, presets, budget: float, threads: int | None,
                 frameworks, timeout: float) -> list[dict]:
     """Every kernel in a child process with ``threads`` threads (None: all), in one empty
@@ -358,6 +385,10 @@ def main() -> None:
                         help="seconds per kernel (all its presets) before it is given up")
     parser.add_argument("--rows", type=Path, help="also write the measurements here (JSON)")
     parser.add_argument("--from-rows", type=Path, help="rewrite the documents from these")
+    parser.add_argument("--profile", action="store_true",
+                        help="profile the --kernels with hlo2dace.profile instead (this "
+                        "process's threads)")
+    parser.add_argument("--html", type=Path, help="with --profile: write HTML reports here")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     frameworks = sorted(set(args.frameworks) | {"xla", "hlo2dace"}, key=FRAMEWORKS.index)
@@ -377,6 +408,10 @@ def main() -> None:
     unknown = set(args.kernels or ()) - set(found)
     if unknown:
         parser.error(f"no JAX port of {', '.join(sorted(unknown))} in {checkout}")
+    if args.profile:
+        for name in args.kernels or found:
+            profile(checkout, name, found[name], args.presets, args.html)
+        return
     names = args.kernels or list(found)
     rows = []
     for threads in args.threads:
