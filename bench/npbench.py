@@ -42,6 +42,8 @@ from harness import interleaved, thread_environment
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 FRAMEWORKS = ("numpy", "xla", "hlo2dace", "dace")
+#: what follows this line in docs/npbench.md is written by hand and kept when it is rewritten
+NOTES = "<!-- written by hand below: kept when this document is generated again -->"
 
 
 def kernels(checkout: Path) -> dict[str, dict]:
@@ -345,8 +347,10 @@ def write(rows: list[dict], command: str) -> None:
     if failures:
         lines += ["", "## DaCe versions that do not run with this DaCe", ""]
         lines += [f"- {kernel}: `{error}`" for kernel, error in failures]
-    lines += ["", "![NPBench](npbench.png)", ""]
-    (DOCS / "npbench.md").write_text("\n".join(lines))
+    lines += ["", "![NPBench](npbench.png)", "", NOTES]
+    document = DOCS / "npbench.md"
+    kept = document.read_text().partition(NOTES)[2] if document.is_file() else ""
+    document.write_text("\n".join(lines) + (kept or "\n"))
 
     figure, axes = plt.subplots(len(settings), 1, squeeze=False,
                                 figsize=(14, 3.6 * len(settings)))
@@ -393,7 +397,8 @@ def main() -> None:
     args = parser.parse_args()
     frameworks = sorted(set(args.frameworks) | {"xla", "hlo2dace"}, key=FRAMEWORKS.index)
     command = "python bench/npbench.py --npbench PATH" + (
-        f" --presets {' '.join(args.presets)}" if args.presets != ["S", "M"] else "")
+        f" --presets {' '.join(args.presets)}" if args.presets != ["S", "M"] else "") + (
+        f" --frameworks {' '.join(frameworks)}" if len(frameworks) < len(FRAMEWORKS) else "")
     if args.from_rows:
         write(json.loads(args.from_rows.read_text()), command)
         return
