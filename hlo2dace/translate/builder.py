@@ -48,6 +48,7 @@ from .bindings import (
     recomputed_reads,
 )
 from .emitter import HELPERS_CPP, Element, Emitter, Whole
+from .known import known_value
 from .literals import literal
 from .scopes import Scope, callee, updates_in_place, updates_in_results
 
@@ -373,8 +374,16 @@ class Builder:
 
     # ------------------------------------------------------------------ elementwise
     def add_elementwise(self, op: ir.Op) -> list[Binding]:
-        """Join ``op`` to the open cluster of its shape; its results are pending."""
+        """Join ``op`` to the open cluster of its shape; its results are pending. An op of
+        literal integers whose record knows how to compute them is a literal itself."""
         t = op.results[0].type
+        if op.operands and all(self.binding(operand).is_literal for operand in op.operands):
+            known = known_value(self.scope, self.constants, op.results[0])
+            if known is not None and known.size and (known == known.flat[0]).all():
+                # JAX passes a Python int to ``//`` and ``%`` through a call that converts
+                # it: as a literal, the C++ compiler divides by a constant (a shift or a
+                # multiplication, no branch for a zero divisor)
+                return [Literal(known.flat[0], t)]
         shape = tuple(t.shape)
         for operand in op.operands:
             binding = self.binding(operand)
