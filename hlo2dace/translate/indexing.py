@@ -228,6 +228,13 @@ def _update_strided(b: Builder, op: ir.Op, targets: Sequence[Array],
                 for k, target in enumerate(targets)}, max(1, len(computed)))
 
 
+def _replaces(region: ir.Region, n: int) -> bool:
+    """Whether the body returns its update arguments as they are (``.set``)."""
+    block = region.entry
+    return len(block.ops) == 1 and [v.name for v in block.terminator.operands] == [
+        a.name for a in block.arguments[n:]]
+
+
 def _order_free(region: ir.Region, element: dtypes.ElementType) -> bool:
     """Whether the body is one associative, commutative op of its two arguments (one with
     an identity: its record says) whose result is exact in ``element`` (an integer or a
@@ -304,11 +311,16 @@ def scatter(b: Builder, op: ir.Op) -> list[Binding]:
         b.absorb(updates, op, inputs,
                  [Axis(dim, stride, offset) for offset, stride, dim in strided])
 
+    # a ``.set`` of every element (``x.at[:].set(y)``): the operands are not copied first
+    replaced = strided is not None and _replaces(op.regions[0], n) and all(
+        offset == 0 and (size == 1 if dim is None else update_shape[dim] == size
+                         and (stride == 1 or size == 1))
+        for (offset, stride, dim), size in zip(strided, shape))
     targets = []
     for value, result in zip(inputs, op.results):
         source = b.readable(value)
         target = b.claim_in_place(value, op, result) or b.allocate_result(result)
-        if not source.is_array(target.name):  # else in place
+        if not source.is_array(target.name) and not replaced:  # else in place
             b.emit.copy(source, target)
         targets.append(target)
     if targets[0].type.size == 0 or updates[0].type.size == 0:
