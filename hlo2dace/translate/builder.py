@@ -262,7 +262,9 @@ class Builder:
         other operand of ``op`` reads it either (but one that ``absorb`` gave ``op``,
         which reads it only where ``op`` writes)."""
         if op is not None and any(
-                binding.holds(array) and not self._absorbed(binding) for v in op.operands
+                (binding.holds(array) and not self._absorbed(binding)
+                 or self._absorbed(binding) and self._reads_written(binding, array))
+                for v in op.operands
                 if (value is None or v.name != value.name)
                 and (binding := self.scope.env[v.name]) is not None):
             return False
@@ -315,6 +317,18 @@ class Builder:
     def _absorbed(self, binding: Binding) -> bool:
         return (isinstance(binding, Pending) and binding.unresolved
                 and binding.key in binding.cluster.absorbed)
+
+    @staticmethod
+    def _reads_written(binding: Pending, array: str) -> bool:
+        """Whether an absorbed value now reads ``array`` through a pending value written
+        into it since (``x.at[1:-1].set(x[2:] - x[:-2])`` of a computed ``x``): where,
+        ``absorb`` could not check."""
+        for read in recomputed_reads(binding, 1 << 20) or ():
+            if read.is_pending:
+                written = read.pending.cluster.resolved.get(read.pending.key)
+                if written is not None and written.name == array:
+                    return True
+        return False
 
     def element_reads(self, values: Sequence[ir.Value], rank: int, prefix: str = "__in",
                       lines: list[str] | None = None) -> tuple[dict, list[str]]:
