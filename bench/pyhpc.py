@@ -24,6 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from harness import thread_environment
+
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 BENCHMARKS = {  # name -> (module prefix, JAX entry point)
     "equation_of_state": ("eos", "gsw_dHdT"),
@@ -86,13 +88,7 @@ def measure(checkout: Path, sizes, budget: float) -> list[dict]:
 
 def _run_setting(checkout: Path, sizes, budget: float, threads: int | None) -> list[dict]:
     """Measure in a child process with ``threads`` threads (None: all) and a cold cache."""
-    env = dict(os.environ)
-    if threads == 1:
-        env["OMP_NUM_THREADS"] = "1"
-        env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false "
-                            "intra_op_parallelism_threads=1").strip()
-        for var in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-            env[var] = "1"
+    env = thread_environment(threads)
     with tempfile.TemporaryDirectory() as cache:
         env["HLO2DACE_CACHE_DIR"] = cache
         output = subprocess.run(

@@ -1,7 +1,7 @@
 """Benchmarks: hlo2dace against XLA (jax.jit) in the same run; writes docs/benchmarks.md
 and docs/benchmarks.png. Sections: end-to-end examples (this file), contractions,
-reductions, loops and kernels (their modules' ``cases``). Run with `make bench` (or
-`python bench/run.py --quick`, or `--only loops` for one section)."""
+reductions, loops, kernels and everyday programs (their modules' ``cases``). Run with
+`make bench` (or `python bench/run.py --quick`, or `--only loops` for one section)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import contractions
+import everyday
 import jax
 import jax.numpy as jnp
 import kernels
@@ -67,6 +68,7 @@ SECTIONS = {
     "Reductions": reductions.cases,
     "Loops": loops.cases,
     "Kernels": kernels.cases,
+    "Everyday programs": everyday.cases,
 }
 
 
@@ -81,8 +83,9 @@ def measure(name, fun, inputs, flops, budget, rounds: int = 3) -> dict:
     ours(*inputs)
     first = time.perf_counter() - start
     compiled = ours.lower(*inputs).compile()
+    leaves = jax.tree.leaves(inputs)  # a Compiled module takes the pytrees' arrays
     calls = {"xla": lambda: jax.block_until_ready(xla(*inputs)), "jit": lambda: ours(*inputs),
-             "compiled": lambda: compiled(*inputs)}
+             "compiled": lambda: compiled(*leaves)}
     best = dict.fromkeys(calls, float("inf"))
     for _ in range(rounds):
         for key, call in calls.items():
@@ -155,6 +158,12 @@ NOTES = {
         "update of a static interior window computes its update in its own strided map, in "
         "place where the operand is dead, and a chain of updates that ends in a result is "
         "built in the result's array. Chains of products are one `cblas_sgemm` each."),
+    "Everyday programs": (
+        "Programs written as a JAX user writes them, not tuned for (bench/everyday.py): "
+        "prefix operations (scans in XLA's order of blocks of 16, 32 rows side by side), "
+        "histograms (scatters whose indices collide), an optimiser step and per-example "
+        "gradients over a parameter pytree, and loops over small data (a stencil whose "
+        "arrays are updated in place, k-means, an integer while loop)."),
 }
 
 

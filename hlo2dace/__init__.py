@@ -2,7 +2,7 @@
 
 ``hlo2dace.jit`` is a drop-in for ``jax.jit`` whose machine code DaCe generates;
 ``compile_text`` compiles a StableHLO module from any source JAX produces; ``compare``
-runs XLA and DaCe side by side.
+runs XLA and DaCe side by side; ``profile`` shows where a compiled program's time goes.
 """
 
 from .sharded import configure_devices
@@ -20,6 +20,7 @@ from .errors import (  # noqa: E402
     UnsupportedError,
 )
 from .folders import CacheWarning  # noqa: E402
+from .profile import Profile, profile  # noqa: E402
 from .sharded import ProcessLocalArray, gather, make_array_from_process_local_data  # noqa: E402
 
 # hlo2dace.jit functions under JAX's transformations (registers itself with api)
@@ -27,8 +28,8 @@ from . import interop  # noqa: E402,F401  isort: skip
 
 __all__ = [
     "ArgumentError", "CacheWarning", "Compiled", "CompareReport", "CompilationError",
-    "Hlo2DaceError", "JitFunction", "JobSizeError", "Lowered", "ParseError",
+    "Hlo2DaceError", "JitFunction", "JobSizeError", "Lowered", "ParseError", "Profile",
     "ProcessLocalArray", "UnsupportedError", "compare", "compile_text", "gather", "jit",
-    "lower_text", "make_array_from_process_local_data",
+    "lower_text", "make_array_from_process_local_data", "profile",
 ]
 __version__ = "0.1.0"

@@ -148,6 +148,22 @@ class Lowered:
                                         self.level.cpu_flags, symbols, checks, process_values)
         return Compiled(program, self)
 
+    def compile_uncached(self, folder, adjust: Callable[[Any], None]) -> Compiled:
+        """Build a copy of the SDFG, changed by ``adjust`` (the profiler's timers), into
+        the private folder ``folder``, outside the cache: what it builds is not the module's
+        program. The module's sizes must be known (``specialised``)."""
+        import copy
+
+        sdfg, arguments, results, constants, signature = self._translate()
+        if signature is not None and signature.symbols:
+            raise ArgumentError("give the sizes of the module's symbolic dimensions")
+        sdfg = copy.deepcopy(sdfg)
+        adjust(sdfg)
+        with stage("C++ build"):
+            program = runtime.build_uncached(sdfg, folder, arguments, results, constants,
+                                             self.level.cpu_flags)
+        return Compiled(program, self)
+
     def symbols(self) -> tuple[symbolic.SymbolSource, ...]:
         """The symbols the entry function's dynamic dimensions become (named after JAX's
         dimension variables where the module says them)."""

@@ -1,4 +1,4 @@
-"""The ``hlo2dace`` command line: convert, run, compare and test StableHLO modules.
+"""The ``hlo2dace`` command line: convert, run, compare, profile and test StableHLO modules.
 
 Every sub-command reads what the frontend accepts: a ``.mlir`` text file (pretty or
 generic form), MLIR bytecode, a StableHLO portable artifact, or ``Exported.serialize()``
@@ -288,6 +288,23 @@ def _compare(args) -> int:
     return 0 if report.ok else 1
 
 
+def _profile(args) -> int:
+    """The profile's table on stdout; with ``--html``, the report with the SDFG."""
+    from .profile import profile_lowered
+    from .xla import XlaModule
+
+    lowered = _lowered(args, specialise=True)
+    specs = _concrete(lowered, args)
+    inputs = _load_inputs(args.inputs, specs) if args.inputs else random_inputs(specs, args.seed)
+    xla = XlaModule(lowered.as_text())
+    report = profile_lowered(lowered, inputs, Path(args.input).stem, args.budget,
+                             lambda: xla(*inputs))
+    print(report.table(top=args.top))
+    if args.html:
+        print(f"wrote {report.write_html(args.html)}")
+    return 0
+
+
 def _test(args) -> int:
     """One line per function (PASS, FAIL, ERROR, SKIP), then the counts; exit status 1
     when a function fails or does not compile."""
@@ -376,6 +393,22 @@ def main(argv=None) -> int:
                          help="absolute errors accepted as well (default 0)")
     compare.add_argument("--ranks", **ranks)
     compare.set_defaults(handler=_compare)
+    profile = commands.add_parser(
+        "profile", help="where a module's time goes, per map and op and source line",
+        description="Time every state, map and library call of the compiled module (DaCe's "
+        "timers), attributed to the StableHLO ops each computes and to the source lines "
+        "they came from, beside XLA's time for the module")
+    profile.add_argument("input")
+    profile.add_argument("-O", "--optimize", **levels)
+    profile.add_argument("--inputs", help=".npz with one array per argument (default: random)")
+    profile.add_argument("--seed", type=int, default=0)
+    profile.add_argument("--shape", **shape)
+    profile.add_argument("--progress", **progress)
+    profile.add_argument("--budget", type=float, default=2.0,
+                         help="seconds of timed calls (default 2)")
+    profile.add_argument("--top", type=int, default=25, help="rows per table (default 25)")
+    profile.add_argument("--html", help="also write an HTML report with the SDFG here")
+    profile.set_defaults(handler=_profile)
     test = commands.add_parser("test", help="run functions that use the check dialect")
     test.add_argument("files", nargs="+", help=".mlir files in the StableHLO interpreter's "
                       "test format (functions separated by '// -----', check.* ops)")

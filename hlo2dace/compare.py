@@ -259,14 +259,22 @@ def keep_freed_memory() -> None:
     libc.mallopt(m_trim_threshold, (1 << 31) - 1)
 
 
-def median_seconds(call: Callable[[], Any], budget: float = 0.5, max_runs: int = 200) -> float:
-    call()  # warm up
+def median_seconds(call: Callable[..., Any], budget: float = 0.5, max_runs: int = 200,
+                   setup: Callable[[], Any] | None = None) -> float:
+    """The median time of ``call()`` over at least 5 runs and up to ``budget`` seconds,
+    after one warm-up run. With ``setup``, each run times ``call(setup())`` without the
+    setup (fresh copies of arguments that a kernel overwrites)."""
+    def once() -> float:
+        arguments = () if setup is None else (setup(),)
+        start = time.perf_counter()
+        call(*arguments)
+        return time.perf_counter() - start
+
+    once()  # warm up
     times = []
     deadline = time.perf_counter() + budget
     while len(times) < 5 or (time.perf_counter() < deadline and len(times) < max_runs):
-        start = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - start)
+        times.append(once())
     return statistics.median(times)
 
 

@@ -24,9 +24,11 @@ import hashlib
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import tempfile
 import threading
+import time
 import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -151,13 +153,82 @@ def machine() -> tuple[str, ...]:
             version, json.dumps(settings))
 
 
+class ThreadTuner:
+    """How many OpenMP threads a program's calls run with: one or all, whichever its own
+    calls measure faster. A parallel region costs a wake-up of every worker, which on a
+    machine with other work on its cores can take longer than the region's work, so a
+    loop of small maps runs slower on all threads than on one; a large map runs faster.
+    Which one wins depends on the program and on the load, so it is measured: the first
+    calls alternate, each setting keeps the times of its last ``KEPT`` calls, and every
+    ``PROBE_EVERY``-th call later runs with the setting not chosen, so that a change of
+    load changes the choice. Results do not depend on the choice: every map's partition
+    of the work is fixed when it is compiled."""
+
+    KEPT = 5
+    PROBE_EVERY = 32
+
+    def __init__(self, most: int):
+        self.settings = (1, most)
+        #: per setting, the seconds of its last calls
+        self.times: dict[int, list[float]] = {n: [] for n in self.settings}
+        self._chosen = most
+        self._calls = 0
+
+    def next(self) -> int:
+        """The thread count for the next call."""
+        self._calls += 1
+        one, most = (self.times[n] for n in self.settings)
+        if len(one) < 3 or len(most) < 3:  # learning: alternate
+            return self.settings[self._calls % 2]
+        if self._calls % self.PROBE_EVERY == 0:
+            return self.settings[self._chosen == 1]
+        return self._chosen
+
+    def record(self, threads: int, seconds: float) -> None:
+        times = self.times[threads]
+        times.append(seconds)
+        del times[:-self.KEPT]
+        if all(len(self.times[n]) >= 3 for n in self.settings):
+            self._chosen = min(self.settings, key=lambda n: statistics.median(self.times[n]))
+
+
+@functools.lru_cache(maxsize=1)
+def _openmp() -> tuple[Any, int]:
+    """libgomp (the compiled programs' OpenMP runtime), or None, and the most threads a
+    parallel region may have (``OMP_NUM_THREADS``, else the cores), read before any
+    program set its own."""
+    try:
+        library = ctypes.CDLL("libgomp.so.1")
+    except OSError:
+        return None, 1
+    library.omp_set_num_threads.argtypes = [ctypes.c_int]
+    return library, library.omp_get_max_threads()
+
+
+#: the thread count last set in each Python thread (OpenMP's is per calling thread)
+_team = threading.local()
+
+
+def _set_threads(threads: int) -> None:
+    if getattr(_team, "size", None) != threads:
+        _openmp()[0].omp_set_num_threads(threads)
+        _team.size = threads
+
+
+def thread_tuner(parallel: bool) -> ThreadTuner | None:
+    """A tuner for a program with parallel maps, where OpenMP can be told the thread count
+    and more than one thread is allowed (``OMP_NUM_THREADS``); else None."""
+    library, most = _openmp()
+    return ThreadTuner(most) if parallel and library is not None and most > 1 else None
+
+
 class Program:
     """A compiled SDFG with its calling convention."""
 
     def __init__(self, compiled: Any, arguments: Sequence[TensorSpec],
                  results: Sequence[TensorSpec], constants: dict[str, np.ndarray],
                  folder: Path, built: bool, in_place: Sequence[Sequence[int]] = (),
-                 process_values: dict[str, dict] | None = None):
+                 process_values: dict[str, dict] | None = None, parallel: bool = True):
         """Everything a call checks and allocates is prepared here, once, so that a call
         costs a few microseconds (see the attributes' comments)."""
         self._compiled = compiled
@@ -198,6 +269,8 @@ class Program:
         #: (argument, result) positions where the result can take the argument's buffer
         #: (``sdfg_build.written_in_place``), by argument, then result
         self.in_place = tuple(tuple(pair) for pair in in_place)
+        #: the thread count of each call, for a program with parallel maps (else None)
+        self.threads = thread_tuner(parallel)
 
     def check(self, arrays: Sequence[Any]) -> list[np.ndarray]:
         """Validate call arguments against the specs; return them in storage layout. A
@@ -256,23 +329,36 @@ class Program:
         symbols' values ``symbols``."""
         buffers = inputs + outputs + list(symbols)
         with self._call_lock:
-            if self._slots is None:
+            first = self._slots is None
+            if first:
                 self._prepare(buffers)
-            if self._native is not None:
-                try:
-                    self._native(*self._native_prefix, *buffers)
-                except (BufferError, TypeError):  # a jax.Array without a host buffer
-                    buffers = ([self._convert(i, a) for i, a in enumerate(inputs)] + outputs
-                               + list(symbols))
-                    self._native(*self._native_prefix, *buffers)
-            elif self._slots:  # ctypes: pointers as ints, symbols as their values
-                self._entry.function(self._entry.handle, *[slot if not isinstance(slot, int)
-                                            else buffers[slot] if slot >= self._first_symbol
-                                            else buffers[slot].__array_interface__["data"][0]
-                                            for slot in self._slots])
-            else:  # arguments that are not all arrays: DaCe's own marshalling
-                configure_dace()  # this thread's DaCe settings check the arguments
-                self._compiled(**self._named(buffers))
+            tuner = self.threads
+            if tuner is None or first:  # the first call also allocates: not a sample
+                self._call(inputs, outputs, symbols, buffers)
+                return
+            threads = tuner.next()
+            _set_threads(threads)
+            start = time.perf_counter()
+            self._call(inputs, outputs, symbols, buffers)
+            tuner.record(threads, time.perf_counter() - start)
+
+    def _call(self, inputs: list, outputs: list, symbols: Sequence[int], buffers: list) -> None:
+        """One call of the entry point (the caller holds the call lock)."""
+        if self._native is not None:
+            try:
+                self._native(*self._native_prefix, *buffers)
+            except (BufferError, TypeError):  # a jax.Array without a host buffer
+                buffers = ([self._convert(i, a) for i, a in enumerate(inputs)] + outputs
+                           + list(symbols))
+                self._native(*self._native_prefix, *buffers)
+        elif self._slots:  # ctypes: pointers as ints, symbols as their values
+            self._entry.function(self._entry.handle, *[slot if not isinstance(slot, int)
+                                        else buffers[slot] if slot >= self._first_symbol
+                                        else buffers[slot].__array_interface__["data"][0]
+                                        for slot in self._slots])
+        else:  # arguments that are not all arrays: DaCe's own marshalling
+            configure_dace()  # this thread's DaCe settings check the arguments
+            self._compiled(**self._named(buffers))
 
     def _named(self, buffers: list) -> dict[str, Any]:
         names = [spec.name for spec in self.arguments + self.results] + list(self.symbol_names)
@@ -447,7 +533,8 @@ def _load(folder: Path, built: bool, sdfg: Any = None) -> Program:
         return [TensorSpec(**{**e, "shape": tuple(e["shape"])}) for e in entries]
 
     arguments = (compiled, specs(meta["arguments"]), specs(meta["results"]), constants,
-                 folder, built, meta["in_place"], meta.get("process_values", {}))
+                 folder, built, meta["in_place"], meta.get("process_values", {}),
+                 meta["parallel"])
     if meta.get("symbols"):
         return SymbolicProgram(*arguments, symbols=meta["symbols"], checks=meta["checks"])
     return Program(*arguments)
@@ -649,17 +736,8 @@ def _build_in(root: Path, needed: int, sdfg: Any, key: str, arguments: Sequence[
             return cached
         staging = Path(tempfile.mkdtemp(prefix=f"{key}.", suffix=".tmp", dir=root))
         try:
-            import dace
-
-            configure_dace()
-            dace.Config.set("compiler", "cpu", "args", value=cpu_flags)
             sdfg.name = f"h2d_{key[:16]}"
-            try:
-                with folders.dace_build_environment():
-                    signature = sdfg_build.build(sdfg, staging / "build")
-            except Exception as exc:
-                raise CompilationError(f"DaCe could not compile the translated program: "
-                                       f"{type(exc).__name__}: {exc}") from exc
+            signature = _compile(sdfg, staging / "build", cpu_flags)
             # the object files (named after the staging folder) serve no later build
             shutil.rmtree(staging / "build" / "build" / "CMakeFiles", ignore_errors=True)
             np.savez(staging / "constants.npz", **constants)
@@ -668,6 +746,7 @@ def _build_in(root: Path, needed: int, sdfg: Any, key: str, arguments: Sequence[
                     "symbols": list(symbols), "checks": list(checks),
                     "in_place": _in_place(sdfg, arguments, results),
                     "process_values": process_values,
+                    "parallel": has_parallel_maps(sdfg),
                     "files": {str(path.relative_to(staging)): _digest(path)
                               for path in sorted(staging.rglob("*")) if path.is_file()}}
             meta["checksum"] = _meta_checksum(meta)
@@ -683,3 +762,39 @@ def _build_in(root: Path, needed: int, sdfg: Any, key: str, arguments: Sequence[
         sdfg.build_folder = str(final / "build")
         program = _loaded[final] = _load(final, built=True, sdfg=signature)
     return program
+
+
+def _compile(sdfg: Any, build_folder: Path, cpu_flags: str) -> Any:
+    """DaCe's code generation and C++ build of ``sdfg`` in ``build_folder``
+    (``sdfg_build.build``); returns the SDFG that loads the library (its signature)."""
+    import dace
+
+    configure_dace()
+    dace.Config.set("compiler", "cpu", "args", value=cpu_flags)
+    try:
+        with folders.dace_build_environment():
+            return sdfg_build.build(sdfg, build_folder)
+    except Exception as exc:
+        raise CompilationError(f"DaCe could not compile the translated program: "
+                               f"{type(exc).__name__}: {exc}") from exc
+
+
+def build_uncached(sdfg: Any, folder: Path, arguments: Sequence[TensorSpec],
+                   results: Sequence[TensorSpec], constants: dict[str, np.ndarray],
+                   cpu_flags: str) -> Program:
+    """Compile ``sdfg`` (sizes known) into ``folder``, a private folder of the caller's,
+    outside the cache, and load it: for programs that write files beside their binary,
+    such as the profiler's instrumented builds (DaCe writes their reports into
+    ``<folder>/build/perf``, a path it compiles into the code)."""
+    signature = _compile(sdfg, folder / "build", cpu_flags)
+    return Program(compiled_sdfg.load(folder / "build", sdfg=signature), arguments, results,
+                   constants, folder, built=True, parallel=has_parallel_maps(sdfg))
+
+
+def has_parallel_maps(sdfg: Any) -> bool:
+    """Whether any map of ``sdfg`` may run on more than one thread."""
+    import dace
+
+    return any(isinstance(node, dace.nodes.MapEntry)
+               and node.map.schedule != dace.ScheduleType.Sequential
+               for node, _ in sdfg.all_nodes_recursive())

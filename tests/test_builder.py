@@ -60,6 +60,24 @@ def test_values_used_outside_a_cluster_become_persistent_arrays():
     assert_matches_jax(f, x, w, ulp=4)
 
 
+def test_integer_ops_of_literals_are_literals():
+    """JAX divides by a Python int through a call that converts it (``@floor_divide``,
+    ``@remainder``, with ``sign`` of the divisor): computed while translating, the divisor
+    is a C++ literal, so the compiler divides by a constant without a branch for zero,
+    and no 0-d array holds it. XLA's results for negative, zero and extreme operands."""
+    def f(x):
+        return x // 7, x % -5, x // 0, x % 0, x // -1
+
+    for dtype in (np.int32, np.int8, np.uint32):
+        info = np.iinfo(dtype)
+        x = np.array([info.min, info.min + 1, -9, -7, -1, 0, 1, 6, 7, 13, info.max],
+                     dtype=np.int64).clip(info.min, info.max).astype(dtype)
+        sdfg = hlo2dace.jit(f, optimize="default").lower(x).as_sdfg()
+        held = [n for n, d in _arrays(sdfg, transient=True).items() if d.total_size == 1]
+        assert not held, f"{dtype.__name__}: literals held in arrays {held}"
+        assert_matches_jax(f, x)
+
+
 def test_dead_ops_are_not_emitted():
     def f(x):
         unused = jnp.exp(x) * 3.0  # noqa: F841

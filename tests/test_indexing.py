@@ -446,3 +446,21 @@ def test_updates_at_last_use_are_in_place():
         assert_matches_jax(fun, x, i)
     assert _copies(chain, x, i) == 0
     assert _copies(still_read, x, i) == 1
+
+
+def test_set_of_every_element_copies_nothing():
+    """``x.at[:, :].set(y)`` (NPBench's hdiff on its argument) writes every element of the
+    result: the operand is not copied first. A set of fewer elements, or an ``add`` of
+    every element, still is; a vmapped batch of whole-row sets too is one strided box."""
+    x = np.linspace(-3.0, 4.0, 24).reshape(4, 6)
+    cases = {
+        "whole": (lambda x: x.at[:, :].set(jnp.sin(x[::-1]) * 2.0), 0),
+        "no components": (lambda x: x.at[:].set(x.T.reshape(4, 6) - x), 0),
+        "rows": (lambda x: x.at[0:4].set(jnp.cos(x)), 0),
+        "all but one row": (lambda x: x.at[1:].set(x[:-1] * 2.0), 1),
+        "add": (lambda x: x.at[:, :].add(1.5), 1),
+        "strided": (lambda x: x.at[:, ::2].set(0.5), 1),
+    }
+    for name, (fun, copies) in cases.items():
+        assert_matches_jax(fun, x)
+        assert _copies(fun, x) == copies, name

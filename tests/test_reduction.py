@@ -496,6 +496,28 @@ def test_long_scans_in_xla_blocks(dtype, shape):
     assert_matches_jax(f, x)
 
 
+def test_scans_along_a_middle_axis_side_by_side():
+    """A scan along a middle axis runs 32 rows side by side per map iteration (rows of
+    different outer indices in one group, and a last group of fewer): forward, reverse
+    and exclusive reverse ones, maxima and minima over NaN, infinities and signed zeros,
+    and an integer sum that wraps; 0 ULP, each body application is XLA's."""
+    rng = np.random.default_rng(7)
+    specials = special_values(np.float64, rng, random=0)
+    x = rng.standard_normal((3, 40, 37))
+    x.flat[rng.choice(x.size, 2 * specials.size, replace=False)] = np.tile(specials, 2)
+    i = rng.integers(-2 ** 62, 2 ** 62, (3, 40, 37))
+
+    def f(x, i):
+        return {"cumsum": jnp.cumsum(x, axis=1),
+                "reverse_cummin": lax.cummin(x, axis=1, reverse=True),
+                "cummax": lax.cummax(x, axis=1),
+                "exclusive_reverse": lax.reduce_window(x, 0.0, lax.add, (1, 40, 1),
+                                                       (1, 1, 1), [(0, 0), (0, 40), (0, 0)]),
+                "wrapping": jnp.cumsum(i, axis=1)}
+
+    assert_matches_jax(f, x, i)
+
+
 # ----------------------------------------------------- bodies that call a function
 
 #: reducer bodies, comparators and update functions written as calls of private functions,

@@ -321,14 +321,18 @@ Binding = Union[Array, Literal, View, Pending, PendingView, Pieces, Token, Tuple
 
 
 def recomputed_reads(binding: Union[Pending, PendingView], budget: int,
-                     shared_expensive: bool = True) -> list[Binding] | None:
+                     shared_expensive: bool = True, pointwise: bool = False
+                     ) -> list[Binding] | None:
     """What recomputing ``binding`` element by element reads (arrays, views, literals,
     concatenations, values in arrays, and with ``shared_expensive`` pending values of
     expensive ops with other users, to be written first), or None if it takes more than
-    ``budget`` ops."""
+    ``budget`` ops, or with ``pointwise`` if it reads a view of a pending value (then what
+    it reads is not read at the point it computes, through the views above)."""
     reads, stack, ops = [], [binding], 0
     while stack:
         item = stack.pop()
+        if pointwise and isinstance(item, PendingView):
+            return None
         if item.is_pending:
             item = item.pending
         if not (item.is_pending and item.unresolved):

@@ -48,8 +48,9 @@ from .bindings import (
     recomputed_reads,
 )
 from .emitter import HELPERS_CPP, Element, Emitter, Whole
+from .known import known_value
 from .literals import literal
-from .scopes import Scope, callee, updates_in_results
+from .scopes import Scope, callee, updates_in_place, updates_in_results
 
 
 class Builder:
@@ -78,8 +79,8 @@ class Builder:
         self.emit.new_state("body")
         self.scope: Scope | None = None
         self.open_clusters: dict[tuple[int, ...], ElementwiseCluster] = {}
-        #: the arrays that ops write while a block runs (``Scope.targets``)
-        self.written_in_place: set[str] = set()
+        #: the scopes the one being translated is nested in, innermost first
+        self.enclosing: list[Scope] = []
         self.argument_names: list[str] = []
         self.result_names: list[str] = []
 
@@ -127,10 +128,14 @@ class Builder:
     def entered(self, scope: Scope) -> Iterator[Scope]:
         """Translate in ``scope`` within the ``with`` block."""
         outer, self.scope = self.scope, scope
+        if outer is not None:
+            self.enclosing.insert(0, outer)
         try:
             yield scope
         finally:
             self.scope = outer
+            if outer is not None:
+                self.enclosing.pop(0)
 
     # ------------------------------------------------------------------ values
     def binding(self, value: ir.Value) -> Binding:
@@ -162,11 +167,12 @@ class Builder:
 
     def allocate_result(self, value: ir.Value, hint: str = "", scope: Scope | None = None
                         ) -> Array:
-        """The array an op writes ``value`` into: its function result (the claim is taken:
-        no other op writes it) if it is one, else a new transient."""
+        """The array an op writes ``value`` into: its destination (a function result, a
+        loop-carried array; the claim is taken: no other op writes it) if it has one and
+        nothing read later still needs what that array holds, else a new transient."""
         assert isinstance(value.type, ir.TensorType)
         destination = (scope or self.scope).claim(value) if (scope or self.scope) else None
-        if destination is not None:
+        if destination is not None and self.overwritable(destination):
             return Array(destination, value.type)
         return self.emit.add_array(hint or value.name.lstrip("%"), value.type)
 
@@ -215,47 +221,79 @@ class Builder:
     def claim_in_place(self, value: ir.Value, op: ir.Op, result: ir.Value) -> Array | None:
         """The array holding ``value`` if ``op`` may write ``result`` into it (an update in
         place, as XLA reuses a dead operand's buffer), else None. It may when the array is a
-        transient made in this scope, ``op`` is ``value``'s only user, ``result`` need not
-        go into a function result, and no value still to be read (nor another operand of
-        ``op``) shares the array. When it may, the result's claim on a destination is
-        taken and a new state begins (open clusters are emitted first), so that every
-        earlier read of the array comes before the update."""
+        transient made in this scope or the array ``result`` must go into anyway (a value
+        carried through a loop, ``control.py``; a chain of updates that ends in a function
+        result, ``updates_in_results``), ``op`` is the last user of ``value``, and nothing
+        still to be read shares the array (``overwritable``). When it may, the result's
+        claim on a destination is taken and a new state begins (open clusters are emitted
+        first), so that every earlier read of the array comes before the update. When the
+        array is the destination but something still reads it, the claim is dropped: the
+        result goes into a new array, copied into the destination later."""
         scope = self.scope
         binding = scope.env.get(value.name)
         destination = scope.destinations.get(result.name)
-        if (not isinstance(binding, Array) or value.name not in scope.producers
-                or binding.name in self.constants
-                or not (self.emit.sdfg.arrays[binding.name].transient and destination is None
-                        or binding.name == destination)  # see updates_in_results
-                or not scope.only_user(value, op)):
+        if destination is not None and not binding.is_array(destination):
+            # the operand is copied into the destination first: not while something
+            # still reads it, and after the open clusters (which may read it) are emitted
+            if self.overwritable(destination, op):
+                self.new_state("update")
+            else:
+                scope.claim(result)
             return None
-        if any(scope.env[v.name].holds(binding.name) for v in op.operands
-               if v.name != value.name):
-            return None  # the op also reads the array through another operand
-        position = {id(o): k for k, o in enumerate(scope.ops)}
-        now = position[id(op)]
-        for name, other in scope.env.maps[0].items():
-            if name != value.name and other.holds(binding.name) and any(
-                    position.get(id(user), now) > now for user in scope.uses.get(name, ())):
-                return None
+        if not isinstance(binding, Array) or binding.name in self.constants:
+            return None
+        if destination is None and not (value.name in scope.producers
+                                         and self.emit.sdfg.arrays[binding.name].transient):
+            return None
+        if not self.overwritable(binding.name, op, value):
+            if destination is not None:
+                scope.claim(result)
+            return None
         scope.claim(result)
         self.new_state("in_place")
         return binding
 
+    def overwritable(self, array: str, op: ir.Op | None = None,
+                     value: ir.Value | None = None) -> bool:
+        """Whether the op being translated may overwrite ``array``: no value that an op
+        after it uses reads it (a view, a pending value recomputed where it is read), in
+        this scope or one it is nested in (the caller of an inlined call, the scope around
+        a loop), ``value`` (an operand that the op replaces) included; with ``op``, no
+        other operand of ``op`` reads it either (but one that ``absorb`` gave ``op``,
+        which reads it only where ``op`` writes)."""
+        if op is not None and any(
+                (binding.holds(array) and not self._absorbed(binding)
+                 or self._absorbed(binding) and self._reads_written(binding, array))
+                for v in op.operands
+                if (value is None or v.name != value.name)
+                and (binding := self.scope.env[v.name]) is not None):
+            return False
+        for scope in (self.scope, *self.enclosing):
+            for name, other in scope.env.maps[0].items():
+                if other.holds(array) and scope.used_later(name):
+                    return False
+        return True
+
     # ------------------------------------------------------------------ pending values
-    def absorb(self, values: Sequence[ir.Value], op: ir.Op, operands: Sequence[ir.Value]
-               ) -> None:
+    def absorb(self, values: Sequence[ir.Value], op: ir.Op, operands: Sequence[ir.Value],
+               window: Sequence[Axis] | None = None) -> None:
         """Let ``op`` compute each of ``values`` that is pending and read by ``op`` alone in
         its own map (``element_reads``), so that its cluster never writes it, as XLA fuses
-        the update of a ``.at[].set`` into it. Not when that would read the array of one of
-        ``operands`` (``op`` may update it in place) or one a loop updates in place."""
+        the update of a ``.at[].set`` into it. Not when that would read an array that ``op``
+        may write (one of ``operands``' updated in place, or a result's destination),
+        unless ``op`` writes the point of its map at ``window`` of that array (as a view's
+        axes) and the value reads it only there: each element is read before it is
+        written (``x.at[1:].set(x[1:] * 2)``)."""
         if not self.level.recomputed_ops:
             return
         scope = self.scope
-        held = {binding.name for v in operands  # those claim_in_place may update
-                if isinstance(binding := scope.env.get(v.name), Array)
-                and v.name in scope.producers
-                and self.emit.sdfg.arrays[binding.name].transient}
+        # the arrays op may write: its results' destinations, and those of ``operands``
+        # that claim_in_place may update
+        held = {scope.destinations[r.name] for r in op.results if r.name in scope.destinations}
+        held |= {binding.name for v in operands
+                 if isinstance(binding := scope.env.get(v.name), Array)
+                 and v.name in scope.producers
+                 and self.emit.sdfg.arrays[binding.name].transient}
         for value in values:
             binding = self.binding(value)
             if not (isinstance(binding, Pending) and binding.unresolved
@@ -270,13 +308,27 @@ class Builder:
             # that, resolving the value recomputes it)
             binding.cluster.absorbed.add(binding.key)
             reads = [self.resolve(read) for read in reads]
-            if any(read.holds(name) for read in reads
-                   for name in (*held, *self.written_in_place)):
+            here = window is not None and recomputed_reads(
+                binding, 4 * self.level.recomputed_ops, pointwise=True) is not None
+            if any(read.holds(name) and not (here and _reads_window(read, name, window))
+                   for read in reads for name in held):
                 binding.cluster.absorbed.discard(binding.key)
 
     def _absorbed(self, binding: Binding) -> bool:
         return (isinstance(binding, Pending) and binding.unresolved
                 and binding.key in binding.cluster.absorbed)
+
+    @staticmethod
+    def _reads_written(binding: Pending, array: str) -> bool:
+        """Whether an absorbed value now reads ``array`` through a pending value written
+        into it since (``x.at[1:-1].set(x[2:] - x[:-2])`` of a computed ``x``): where,
+        ``absorb`` could not check."""
+        for read in recomputed_reads(binding, 1 << 20) or ():
+            if read.is_pending:
+                written = read.pending.cluster.resolved.get(read.pending.key)
+                if written is not None and written.name == array:
+                    return True
+        return False
 
     def element_reads(self, values: Sequence[ir.Value], rank: int, prefix: str = "__in",
                       lines: list[str] | None = None) -> tuple[dict, list[str]]:
@@ -336,8 +388,16 @@ class Builder:
 
     # ------------------------------------------------------------------ elementwise
     def add_elementwise(self, op: ir.Op) -> list[Binding]:
-        """Join ``op`` to the open cluster of its shape; its results are pending."""
+        """Join ``op`` to the open cluster of its shape; its results are pending. An op of
+        literal integers whose record knows how to compute them is a literal itself."""
         t = op.results[0].type
+        if op.operands and all(self.binding(operand).is_literal for operand in op.operands):
+            known = known_value(self.scope, self.constants, op.results[0])
+            if known is not None and known.size and (known == known.flat[0]).all():
+                # JAX passes a Python int to ``//`` and ``%`` through a call that converts
+                # it: as a literal, the C++ compiler divides by a constant (a shift or a
+                # multiplication, no branch for a zero divisor)
+                return [Literal(known.flat[0], t)]
         shape = tuple(t.shape)
         for operand in op.operands:
             binding = self.binding(operand)
@@ -360,16 +420,16 @@ class Builder:
         return results
 
     def _recomputable(self, binding: PendingView) -> bool:
-        """Whether an elementwise consumer may recompute ``binding``: it takes few ops, and
-        reads no array that a loop body's maps write in place (a map could then read an
-        element it already overwrote). Concatenations it reads are written first (so
-        this is not a pure query: it may emit them)."""
+        """Whether an elementwise consumer may recompute ``binding``: it takes few ops.
+        Concatenations it reads are written first (so this is not a pure query: it may
+        emit them). An update in place never overwrites what a recomputed value still
+        reads (``overwritable``)."""
         reads = recomputed_reads(binding, self.level.recomputed_ops)
         if reads is None:
             return False
-        reads = [self.resolve(read) for read in reads]
-        return not any(read.holds(target) for read in reads
-                       for target in self.written_in_place)
+        for read in reads:
+            self.resolve(read)
+        return True
 
     def close_cluster(self, cluster: ElementwiseCluster) -> None:
         """Emit ``cluster``'s map (once) and forget it as the open cluster of its shape."""
@@ -385,10 +445,11 @@ class Builder:
         """Translate the ops of ``block`` in ``scope``; returns the bindings of the values
         its terminator returns (terminator ``func.return`` / ``stablehlo.return``), None
         for those the scope does not need (see ``Scope.of``)."""
-        self.written_in_place |= scope.targets
         with self.entered(scope):
-            for op in scope.ops[:-1]:
+            for position, op in enumerate(scope.ops[:-1]):
+                scope.now = position
                 self.translate_op(op)
+            scope.now = len(scope.ops) - 1
             return [scope.env.get(v.name) for v in block.terminator.operands]
 
     def translate_op(self, op: ir.Op) -> None:
@@ -470,6 +531,12 @@ class Builder:
         for value, destination in zip(block.terminator.operands, destinations):
             if destination is not None and value.name in produced:
                 wanted.setdefault(value.name, destination)
+                # a chain of updates of an argument in that array: each in place
+                for argument, binding in zip(function.arguments, arguments):
+                    if binding.is_array(destination):
+                        for step in updates_in_place(self.module, block, argument,
+                                                     value) or ():
+                            wanted.setdefault(step.name, destination)
         with self.emit.calling():
             return self.translate_block(block, Scope.of(env, block, wanted))
 
@@ -519,3 +586,14 @@ class Builder:
         self.emit.new_state("epilogue")
         self._fp_mode_tasklet("h2d::leave_fp_mode();")
         return self.emit.sdfg
+
+
+def _reads_window(read: Binding, array: str, window: Sequence[Axis]) -> bool:
+    """Whether ``read`` reads ``array`` at ``window`` of the map's point and nowhere else."""
+    def key(axes):
+        return [(a.dim, a.stride if a.dim is not None else 0, a.offset) for a in axes]
+
+    if isinstance(read, View):
+        return read.source.name == array and key(read.axes) == key(window)
+    return isinstance(read, Array) and read.name == array and key(window) == key(
+        [Axis(d) for d in range(read.type.rank)])

@@ -75,7 +75,10 @@ def call(b: Builder, op: ir.Op) -> list[Binding]:
     destinations = [b.scope.claim(r) for r in op.results]
     results = b.call_function(function, [b.binding(v) for v in op.operands], destinations)
     for k, (value, binding, destination) in enumerate(zip(op.results, results, destinations)):
-        if destination is not None and not binding.lands_in(destination):
+        # a destination that still holds a value read later (a loop-carried array whose
+        # update the callee could not make in place) is written by the loop at its end
+        if (destination is not None and not binding.lands_in(destination)
+                and b.overwritable(destination, op)):
             target = Array(destination, value.type)
             b.emit.copy(b.resolve(binding), target)
             results[k] = target
@@ -321,10 +324,13 @@ def _body(b: Builder, op: ir.Op, sources: Sequence[Binding], targets: dict[int, 
     destinations = {}
     for k in slots:
         value, source = returned[k], sources[k]
-        other_buffer = not source.is_array(targets[k].name)
-        if value.name not in destinations and any(value in o.results for o in body.ops) and (
-                other_buffer or updates_in_place(b.module, body, body.arguments[k], value)):
+        if value.name in destinations or not any(value in o.results for o in body.ops):
+            continue
+        if not source.is_array(targets[k].name):  # another buffer
             destinations[value.name] = targets[k].name
+            continue
+        for step in updates_in_place(b.module, body, body.arguments[k], value) or ():
+            destinations.setdefault(step.name, targets[k].name)
     env = b.scope.env.new_child(dict(zip((a.name for a in body.arguments), sources)))
     scope = Scope.of(env, body, destinations, returned=slots)
     results = b.translate_block(body, scope)

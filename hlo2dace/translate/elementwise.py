@@ -283,6 +283,7 @@ KNOWN = {
     "minimum": _known_binary(np.minimum), "and": _known_binary(np.bitwise_and),
     "or": _known_binary(np.bitwise_or), "xor": _known_binary(np.bitwise_xor),
     "negate": lambda op, operand: np.negative(operand(0)).astype(result_dtype(op)),
+    "sign": lambda op, operand: np.sign(operand(0)).astype(result_dtype(op)),
     "compare": lambda op, operand: _KNOWN_COMPARISONS[str(op.attr("comparison_direction"))](
         operand(0), operand(1)),
     "select": lambda op, operand: np.where(operand(0), operand(1), operand(2)),

@@ -49,6 +49,11 @@ PARALLEL_MAP_WORK = 1 << 15
 #: state's maps one after another anyway: no OpenMP sections)
 STATE_NODES = 200
 
+#: the first line of every tasklet's code names the op it computes, and each op that it
+#: recomputes inline has one more such comment (``Emitter.origin``): the profiler
+#: attributes a map's time to its tasklets' ops and their source lines through them
+OP_COMMENT = "// op "
+
 
 def schedule_for(shape: Sequence[int], work_per_element: int = 1) -> dace.ScheduleType:
     """The schedule of a map over ``shape``: parallel only when the work pays for it."""
@@ -260,6 +265,13 @@ class Emitter:
         finally:
             self.cfg, self.state, self._nodes = saved
 
+    def origin(self) -> str:
+        """The comment that names the current op and its source line in a tasklet's code."""
+        location = self.location
+        where = f" @ {location.file}:{location.line}" \
+            if location is not None and location.file and location.line else ""
+        return f"{OP_COMMENT}{self.op_name}{where}"
+
     def debuginfo(self) -> dace.dtypes.DebugInfo | None:
         location = self.location
         if location is None or location.line is None:
@@ -288,7 +300,7 @@ class Emitter:
             in_memlets[conn] = self._memlet(access, rank, pointers, conn)
         for conn, access in (outputs or {}).items():
             out_memlets[conn] = self._memlet(access, rank, pointers, conn, written=True)
-        code = "\n".join([*prelude, code])
+        code = "\n".join([self.origin(), *prelude, code])
         schedule = schedule or schedule_for(shape, work_per_element)
         input_nodes = {m.data: self.read(m.data) for m in in_memlets.values()}
         output_nodes = {m.data: self.write(m.data) for m in out_memlets.values()}

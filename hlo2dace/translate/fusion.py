@@ -133,7 +133,7 @@ def _emit_map(emit: Emitter, cluster: ElementwiseCluster, outputs: dict,
             if not out_conns:
                 continue
             tasklet = state.add_tasklet(emit.fresh(op.name.rsplit(".", 1)[-1]), in_conns,
-                                        out_conns, "\n".join(lines),
+                                        out_conns, "\n".join([emit.origin(), *lines]),
                                         language=dace.Language.CPP,
                                         debuginfo=emit.debuginfo())
         if entry is not None and not any(external for *_, external in in_edges):
@@ -234,7 +234,10 @@ class Recompute:
             args = [self.value(binding.scope.env[v.name], point) for v in op.operands]
             expression = registry.elementwise_rule(op).at(op, args, in_types, out_type, point)
             name = f"{self.prefix}v{len(self.done)}"
-            self.lines.append(f"const {out_type.compute} {name} = {out_type.fit(expression)};")
+            with self.emit.at(op):
+                origin = self.emit.origin()
+            self.lines.append(f"const {out_type.compute} {name} = {out_type.fit(expression)};"
+                              f"  {origin}")
             self.done[key] = name
         return self.done[key]
 

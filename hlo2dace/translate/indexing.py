@@ -20,7 +20,7 @@ import numpy as np
 
 from .. import ir
 from . import dtypes, registry
-from .bindings import Array, Binding, Literal, View, flat_index, map_params
+from .bindings import Array, Axis, Binding, Literal, View, flat_index, map_params
 from .builder import Builder
 from .cpp import Loop, Writer
 from .emitter import Element, Whole, schedule_for
@@ -154,13 +154,15 @@ def _strided_window(b: Builder, op: ir.Op, numbers: dict, window_of: dict[int, i
     box of distinct elements, as ``x.at[2:5]``, ``x.at[::2]`` or ``x.at[:, 1]`` do."""
     n = (len(op.operands) - 1) // 2
     indices, updates = op.operands[n], op.operands[n + 1]
-    starts = known_value(b.scope, b.constants, indices)
-    if starts is None:
-        return None
+    to_operand = numbers.get("scatter_dims_to_operand_dims", ())
+    # index vectors of no components (``x.at[:].set``) place every window at 0
+    starts = known_value(b.scope, b.constants, indices) if to_operand else np.zeros(
+        indices.type.shape, np.int64)
     shape, update_shape = op.operands[0].type.shape, updates.type.shape
+    if starts is None or 0 in update_shape:
+        return None  # no updates to place: the general path does nothing, as it should
     window_dims = numbers.get("update_window_dims", ())
     scatter_dims = [d for d in range(len(update_shape)) if d not in window_dims]
-    to_operand = numbers.get("scatter_dims_to_operand_dims", ())
     ivd = numbers.get("index_vector_dim", 0)
     batch = np.indices([update_shape[d] for d in scatter_dims], dtype=np.int64)
     # the start of each update's window along each operand dimension, over the scatter dims
@@ -223,7 +225,14 @@ def _update_strided(b: Builder, op: ir.Op, targets: Sequence[Array],
                               for k, (e, r) in enumerate(zip(elements, returned))]
     b.emit.map("scatter", updates[0].type.shape, "\n".join(code), inputs,
                {f"__r{k}": dace.Memlet(f"{target.name}[{position}]")
-                for k, target in enumerate(targets)})
+                for k, target in enumerate(targets)}, max(1, len(computed)))
+
+
+def _replaces(region: ir.Region, n: int) -> bool:
+    """Whether the body returns its update arguments as they are (``.set``)."""
+    block = region.entry
+    return len(block.ops) == 1 and [v.name for v in block.terminator.operands] == [
+        a.name for a in block.arguments[n:]]
 
 
 def _order_free(region: ir.Region, element: dtypes.ElementType) -> bool:
@@ -299,13 +308,19 @@ def scatter(b: Builder, op: ir.Op) -> list[Binding]:
                     for d in range(len(shape))]
     strided = _strided_window(b, op, numbers, window_of, window_sizes)
     if strided is not None:
-        b.absorb(updates, op, inputs)
+        b.absorb(updates, op, inputs,
+                 [Axis(dim, stride, offset) for offset, stride, dim in strided])
 
+    # a ``.set`` of every element (``x.at[:].set(y)``): the operands are not copied first
+    replaced = strided is not None and _replaces(op.regions[0], n) and all(
+        offset == 0 and (size == 1 if dim is None else update_shape[dim] == size
+                         and (stride == 1 or size == 1))
+        for (offset, stride, dim), size in zip(strided, shape))
     targets = []
     for value, result in zip(inputs, op.results):
         source = b.readable(value)
         target = b.claim_in_place(value, op, result) or b.allocate_result(result)
-        if not source.is_array(target.name):  # else in place
+        if not source.is_array(target.name) and not replaced:  # else in place
             b.emit.copy(source, target)
         targets.append(target)
     if targets[0].type.size == 0 or updates[0].type.size == 0:

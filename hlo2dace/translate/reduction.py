@@ -40,6 +40,8 @@ from .registry import register
 #: XLA's ReduceWindowRewriter computes a scan longer than this (its CPU base length) in
 #: blocks of this length (``_scan``)
 SCAN_BLOCK = 16
+#: rows scanned side by side by one map iteration (``_scan``): two AVX-512 vectors of f32
+SCAN_LANES = 32
 #: outputs below this count make a reduction split its reduced elements into chunks
 FEW_OUTPUTS = 64
 #: chunks never hold fewer elements than this (a chunk is one loop, run by one thread)
@@ -409,39 +411,52 @@ def reduce_window(b: Builder, op: ir.Op) -> list[Binding]:
 def _scan(b: Builder, op: ir.Op, dimension: int, forward: bool, exclusive: bool
           ) -> list[Binding]:
     """A scan longer than ``SCAN_BLOCK`` (cumsum, cumprod, cummax...) in XLA's order
-    (``h2d::xla_scan``: blocks of 16, then their totals), one map iteration per row along
-    ``dimension``. An exclusive scan (padding of the whole length) has the init value
-    first (last for a reverse scan)."""
+    (``h2d::xla_scan``: blocks of 16, then their totals), O(n) per row with any body.
+    The rows along ``dimension`` are scanned ``SCAN_LANES`` at a time, one map iteration
+    each (in parallel): gathered side by side, so that every step of the scan is a loop
+    over them that vectorises whatever the axis. An exclusive scan (padding of the whole
+    length) has the init value first (last for a reverse scan)."""
     operand, init = op.operands
     element = dtypes.of(operand.type, op.name, op.location)
     shape, result_shape = operand.type.shape, op.result.type.shape
-    n = shape[dimension]
-    rows = [size for d, size in enumerate(shape) if d != dimension]
-    params = iter(map_params(len(rows)))
-    at = [next(params) if d != dimension else "__k" for d in range(len(shape))]
+    n, m = shape[dimension], result_shape[dimension]
+    outer = int(np.prod(shape[:dimension], dtype=np.int64))
+    inner = int(np.prod(shape[dimension + 1:], dtype=np.int64))
+    rows = outer * inner
+    groups = -(-rows // SCAN_LANES)
     body, (returned,) = b.scalar_region(op.regions[0].entry, ["__a", "__x"], "__v")
     value = element.compute
     if exclusive:
-        position = "__k == 0" if forward else f"__k == {n}"
-        take = f"({position} ? __init : __out[__k - {int(forward)}])"
+        edge = "__k == 0" if forward else f"__k == {n}"
+        take = f"({edge} ? __init : __out[(__k - {int(forward)}) * __lanes + __l])"
     else:
-        take = "__out[__k]"
+        take = "__out[__k * __lanes + __l]"
     code = Writer()
     code.line(f"const {value} __init = {element.load('__init0')};",
-              f"std::vector<{value}> __row({n}), __out;")
-    with code.loops(Loop("__k", "0", str(n))):
-        code.line(f"__row[__k] = {element.load(f'__in0[{flat_index(shape, at)}]')};")
+              f"const int64_t __first = (int64_t)__i0 * {SCAN_LANES}LL;",
+              f"const int64_t __lanes = std::min<int64_t>({SCAN_LANES}LL, {rows}LL - __first);",
+              f"std::vector<{value}> __rows({n} * __lanes), __out({n} * __lanes), "
+              f"__scratch(h2d::xla_scan_scratch({n}) * __lanes);",
+              f"int64_t __base[{SCAN_LANES}];")
+    with code.loops(Loop("__l", "0", "__lanes")):
+        code.line("const int64_t __row = __first + __l;",
+                  f"__base[__l] = (__row / {inner}LL) * {n * inner}LL + __row % {inner}LL;")
+    with code.loops(Loop("__k", "0", str(n)), Loop("__l", "0", "__lanes")):
+        code.line(f"__rows[__k * __lanes + __l] = "
+                  f"{element.load(f'__in0[__base[__l] + __k * {inner}LL]')};")
     with code.block(f"auto __body = [&](const {value} __a, const {value} __x)", end="};"):
         code.lines(body)
         code.line(f"return {returned};")
-    code.line(f"h2d::xla_scan(__row, __init, __body, {'true' if forward else 'false'}, "
-              "__out);")
-    with code.loops(Loop("__k", "0", str(result_shape[dimension]))):
-        code.line(f"__dst[{flat_index(result_shape, at)}] = {element.store(take)};")
+    code.line(f"h2d::xla_scan(__rows.data(), {n}, __lanes, __init, __body, "
+              f"{'true' if forward else 'false'}, __out.data(), __scratch.data());")
+    with code.loops(Loop("__k", "0", str(m)), Loop("__l", "0", "__lanes")):
+        code.line(f"const int64_t __at = (__base[__l] / {n * inner}LL) * {m * inner}LL + "
+                  f"__base[__l] % {n * inner}LL + __k * {inner}LL;",
+                  f"__dst[__at] = {element.store(take)};")
     target = b.allocate_result(op.result)
-    b.emit.map("scan", rows, code.text(),
+    b.emit.map("scan", [groups], code.text(),
                {"__in0": Whole(b.array(operand)), "__init0": Value(b.value(init))},
-               {"__dst": Whole(target)}, 2 * n)
+               {"__dst": Whole(target)}, 4 * n * SCAN_LANES)
     return [target]
 
 

@@ -23,8 +23,10 @@ class Scope:
     destinations: dict[str, str] = field(default_factory=dict)
     #: value name -> the op of the block that computes it
     producers: dict[str, ir.Op] = field(default_factory=dict)
-    #: the arrays of ``destinations``: in a loop body, maps may write these where they read
-    targets: frozenset[str] = frozenset()
+    #: value name -> the position in ``ops`` of its last user
+    last_use: dict[str, int] = field(default_factory=dict)
+    #: the position in ``ops`` of the op being translated (``Builder.translate_block``)
+    now: int = 0
 
     @classmethod
     def of(cls, env: ChainMap, block: ir.Block, destinations=None,
@@ -32,8 +34,11 @@ class Scope:
         ops = live_ops(block, returned)
         producers = {result.name: op for op in ops for result in op.results}
         destinations = dict(destinations or {})
-        return cls(env, ops, collect_uses(ops), destinations, producers,
-                   frozenset(destinations.values()))
+        uses = collect_uses(ops)
+        position = {id(op): k for k, op in enumerate(ops)}
+        last_use = {name: max(position[id(user)] for user in users)
+                    for name, users in uses.items()}
+        return cls(env, ops, uses, destinations, producers, last_use)
 
     def claim(self, value: ir.Value) -> str | None:
         """The array ``value`` must be written into, if any; the claim is removed, so that
@@ -43,6 +48,10 @@ class Scope:
     def only_user(self, value: ir.Value, op: ir.Op) -> bool:
         """Whether ``op`` is the one op of this scope that uses ``value``."""
         return [id(user) for user in self.uses.get(value.name, ())] == [id(op)]
+
+    def used_later(self, name: str) -> bool:
+        """Whether an op after the one being translated uses the value ``name``."""
+        return self.last_use.get(name, -1) > self.now
 
 
 def live_ops(block: ir.Block, returned: Sequence[int] | None = None) -> list[ir.Op]:
@@ -110,25 +119,63 @@ def updates_in_results(block: ir.Block, destinations: dict[str, str]) -> None:
 
 
 def updates_in_place(module: ir.Module, block: ir.Block, argument: ir.Value,
-                     returned: ir.Value) -> bool:
-    """Whether ``returned`` may be written into the array that holds ``argument`` while
-    ``block`` runs: ``argument``'s only use is the op producing ``returned``, and that op
-    reads it at the position it writes (an elementwise op), replaces a window of it
-    (``window_updates``), or is a call whose callee does so."""
-    users = [o for o in block.ops if any(argument == v for inner in o.walk()
-                                         for v in inner.operands)]
-    if len(users) != 1 or returned not in users[0].results:
-        return False
-    (user,) = users
+                     returned: ir.Value) -> list[ir.Value] | None:
+    """The values of ``block`` that may be written into the array holding ``argument``
+    while ``block`` runs, on the way to ``returned`` (last), or None: ``returned`` is
+    made by an op that reads ``argument`` at the position it writes (an elementwise op,
+    the argument's only use), or by a chain of ops that each replace a window of the
+    previous value (``window_updates``: ``x.at[0].set(a).at[1:].set(b)``), also through
+    calls, each the last use of its operand (a stencil reads the array, then updates its
+    interior). What the earlier uses leave to be read later (a view, a pending value) is
+    checked when an update is translated (``Builder.claim_in_place``), which then writes
+    a new array instead."""
+    found = _in_place_chain(module, block, argument, returned)
+    return None if found is None else found[1]
+
+
+def _in_place_chain(module: ir.Module, block: ir.Block, argument: ir.Value,
+                    returned: ir.Value) -> tuple[str, list[ir.Value]] | None:
+    """``(kind, values)`` for ``updates_in_place``, ``kind`` saying how the first value is
+    made: ``"window"`` or ``"elementwise"``. Only window updates, which check what is
+    left to read when they are translated, may follow other uses of the array; an
+    elementwise update (written whenever its cluster's map is emitted) must be the only
+    use, at every call level."""
+    user = next((o for o in block.ops if returned in o.results), None)
+    if user is None:
+        return None
     if registry.elementwise_rule(user) is not None:
-        return True
-    if argument not in user.operands:  # read inside a region of the op
-        return False
-    k, j = user.operands.index(argument), user.results.index(returned)
-    if window_updates(user).get(k) == j:
-        return user.operands.count(argument) == 1
+        users = [o for o in block.ops if any(argument == v for inner in o.walk()
+                                             for v in inner.operands)]
+        return ("elementwise", [returned]) if users == [user] else None
+    j = user.results.index(returned)
+    k = next((k for k, m in window_updates(user).items() if m == j), None)
+    if k is not None:  # a window update of operand k
+        operand = user.operands[k]
+        if not _last_use(block, operand, user):
+            return None
+        if operand == argument:
+            return "window", [returned]
+        earlier = _in_place_chain(module, block, argument, operand)
+        if earlier is None or earlier[0] != "window":
+            return None
+        return "window", [*earlier[1], returned]
     function = callee(module, user)
-    if function is None or user.operands.count(argument) != 1:
-        return False
-    return updates_in_place(module, function.body.entry, function.arguments[k],
+    if function is None or not _last_use(block, argument, user):
+        return None
+    k = user.operands.index(argument)
+    inner = _in_place_chain(module, function.body.entry, function.arguments[k],
                             function.body.entry.terminator.operands[j])
+    if inner is None:
+        return None
+    sole = [o for o in block.ops if any(argument == v for v in o.operands)] == [user]
+    return (inner[0], [returned]) if inner[0] == "window" or sole else None
+
+
+def _last_use(block: ir.Block, value: ir.Value, user: ir.Op) -> bool:
+    """Whether ``user`` is the last op of ``block`` to use ``value``, reads it as one
+    operand, and not inside its regions."""
+    users = [o for o in block.ops if any(value == v for inner in o.walk()
+                                         for v in inner.operands)]
+    return (bool(users) and users[-1] is user and user.operands.count(value) == 1
+            and not any(value == v for inner in list(user.walk())[1:]
+                        for v in inner.operands))

@@ -1,0 +1,35 @@
+"""What the benchmark scripts that compare frameworks share: the environment of a measuring
+child process with one thread or all, and interleaved timing."""
+
+from __future__ import annotations
+
+import os
+from typing import Callable
+
+from hlo2dace.compare import median_seconds
+
+
+def thread_environment(threads: int | None, env: dict[str, str] | None = None) -> dict[str, str]:
+    """``env`` (default: this process's) for a child that measures with one thread
+    (``threads == 1``: OpenMP, XLA's Eigen pool and OpenBLAS) or all (None). XLA fixes its
+    thread pool when it starts, so every thread setting needs a process of its own."""
+    env = dict(os.environ if env is None else env)
+    if threads == 1:
+        env["OMP_NUM_THREADS"] = "1"
+        env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false "
+                            "intra_op_parallelism_threads=1").strip()
+        for var in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+            env[var] = "1"
+    return env
+
+
+def interleaved(calls: dict[str, tuple[Callable, Callable | None]], budget: float,
+                rounds: int = 3) -> dict[str, float]:
+    """Per name, the best of ``rounds`` medians of its ``(call, setup)`` (``median_seconds``),
+    the names taking turns, so that a burst of load from other processes does not decide a
+    ratio."""
+    best = dict.fromkeys(calls, float("inf"))
+    for _ in range(rounds):
+        for name, (call, setup) in calls.items():
+            best[name] = min(best[name], median_seconds(call, budget / rounds, setup=setup))
+    return best
