@@ -154,9 +154,12 @@ class Lowered:
         program. The module's sizes must be known (``specialised``)."""
         import copy
 
-        sdfg, arguments, results, constants, signature = self._translate()
+        sdfg, arguments, results, constants, signature, process_values = self._translate()
         if signature is not None and signature.symbols:
             raise ArgumentError("give the sizes of the module's symbolic dimensions")
+        if process_values:
+            raise ArgumentError("a program of several processes (an MPI job's) is built "
+                                "for its job: profile it on one device")
         sdfg = copy.deepcopy(sdfg)
         adjust(sdfg)
         with stage("C++ build"):
