@@ -178,11 +178,16 @@ def _run_ranks(args) -> int:
         results = [np.stack([rank[k] for rank in everyone]) for k in range(len(outputs))]
     if mpi.rank() != 0:
         return 0
-    if args.output:
-        timings = {} if seconds is None else {"__seconds": np.float64(seconds),
-                                              "__compile_seconds": np.float64(compile_seconds)}
-        np.savez(args.output, **{f"result_{i}": r for i, r in enumerate(results)}, **timings)
-        print(f"wrote {len(results)} results to {args.output}")
+    timings = {} if seconds is None else {"__seconds": np.float64(seconds),
+                                          "__compile_seconds": np.float64(compile_seconds)}
+    return _report(args.output, results, timings)
+
+
+def _report(output: str | None, results, timings: dict | None = None) -> int:
+    """Save ``results`` (and ``timings``) to ``output`` as .npz, or print them."""
+    if output:
+        np.savez(output, **{f"result_{i}": r for i, r in enumerate(results)}, **(timings or {}))
+        print(f"wrote {len(results)} results to {output}")
     else:
         for i, result in enumerate(results):
             print(f"result {i}: {result.dtype}{list(result.shape)}")
@@ -211,15 +216,7 @@ def _run(args) -> int:
         inputs = random_inputs(_concrete(lowered, args), args.seed)
     else:
         inputs = _load_inputs(args.inputs, compiled.program.arguments)
-    results = compiled.call_flat(inputs)
-    if args.output:
-        np.savez(args.output, **{f"result_{i}": r for i, r in enumerate(results)})
-        print(f"wrote {len(results)} results to {args.output}")
-    else:
-        for i, result in enumerate(results):
-            print(f"result {i}: {result.dtype}{list(result.shape)}")
-            print(result)
-    return 0
+    return _report(args.output, compiled.call_flat(inputs))
 
 
 def _compare_ranks(args) -> int:

@@ -85,12 +85,19 @@ def signature_sdfg(sdfg: Any, code: str) -> Any:
     import dace
 
     signature = dace.SDFG(sdfg.name)
+    # symbols first, with their types: an array added first declares its shape's symbols
+    for name, symbol_type in sdfg.symbols.items():
+        signature.add_symbol(name, symbol_type)
     for name, descriptor in sdfg.arrays.items():
         if not descriptor.transient:
             signature.add_datadesc(name, copy.deepcopy(descriptor))
-    for name, symbol_type in sdfg.symbols.items():
-        signature.add_symbol(name, symbol_type)
-    signature.add_state("empty", is_start_block=True)
+    start = signature.add_state("arguments", is_start_block=True)
+    # the symbols the program's code reads are its scalar arguments: a condition that
+    # reads them makes them read here too
+    used = sorted(sdfg.used_symbols(all_symbols=False) & set(sdfg.symbols))
+    if used:
+        signature.add_edge(start, signature.add_state("end"), dace.InterstateEdge(
+            " and ".join(f"({name} == {name})" for name in used)))
     parameters = signature.signature(arglist=signature.arglist(scalars_only=False))
     expected = f"void __program_{sdfg.name}({sdfg.name}_state_t *__state" \
                f"{', ' if parameters else ''}{parameters})"

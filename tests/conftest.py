@@ -15,3 +15,16 @@ import jax  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 jax.config.update("jax_platforms", "cpu")
+
+import pytest  # noqa: E402
+
+from hlo2dace import runtime  # noqa: E402
+
+
+@pytest.fixture
+def private_cache(monkeypatch, tmp_path):
+    """A fresh cache folder, and a process that has loaded nothing from it yet."""
+    monkeypatch.setenv("HLO2DACE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(runtime, "_loaded", {})
+    monkeypatch.setattr(runtime, "_fallbacks", {})
+    return tmp_path / "cache"

@@ -11,15 +11,6 @@ import hlo2dace
 from hlo2dace import cpp_split, runtime, sdfg_build
 
 
-@pytest.fixture
-def private_cache(monkeypatch, tmp_path):
-    """A fresh cache folder, and a process that has loaded nothing from it yet."""
-    monkeypatch.setenv("HLO2DACE_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(runtime, "_loaded", {})
-    monkeypatch.setattr(runtime, "_fallbacks", {})
-    return tmp_path / "cache"
-
-
 def layers(x, w):
     """Products, reductions and the vectorised transcendental functions (whose results
     depend on whether GCC vectorises a loop: libmvec and libm differ in the last bits)."""

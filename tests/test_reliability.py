@@ -173,15 +173,6 @@ def test_two_processes_compiling_at_once_build_once(tmp_path):
     assert len(entries) == 1 and not list(cache.glob("*.tmp"))
 
 
-@pytest.fixture
-def private_cache(monkeypatch, tmp_path):
-    """A fresh cache folder, and a process that has loaded nothing from it yet."""
-    monkeypatch.setenv("HLO2DACE_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(runtime, "_loaded", {})
-    monkeypatch.setattr(runtime, "_fallbacks", {})
-    return tmp_path / "cache"
-
-
 def _flip(path, offset=None):
     data = bytearray(path.read_bytes())
     data[len(data) // 2 if offset is None else offset] ^= 0x40
