@@ -124,22 +124,35 @@ def gather(b: Builder, op: ir.Op) -> list[Binding]:
                               [shape[d] for d in start_index_map])
     lines = [f"const int64_t __start{k} = {c};" for k, c in enumerate(clamped)]
     offsets = iter(f"__i{d}" for d in offset_dims)
-    position = []
-    for d in range(operand.type.rank):
-        terms = []
-        if d in start_index_map:
-            terms.append(f"__start{start_index_map.index(d)}")
-        if d in operand_batching:
-            d_start = indices_batching[operand_batching.index(d)]
-            terms.append(batch[d_start - (d_start > index_vector_dim)])
-        if d not in collapsed and d not in operand_batching:
-            terms.append(next(offsets))
-        position.append(_sum(terms))
+    window = {d: next(offsets) for d in range(operand.type.rank)
+              if d not in collapsed and d not in operand_batching}
+    position = _operand_position(operand.type.rank, start_index_map, operand_batching,
+                                 indices_batching, batch, index_vector_dim, window)
     lines.append(f"__out = {read_operand(position)};")
     b.emit.map("gather", t.shape, "\n".join(lines),
                {conn: Whole(array) for conn, array in arrays.items()},
                {"__out": Element(target)})
     return [target]
+
+
+def _operand_position(rank: int, start_dims: Sequence[int], operand_batching: Sequence[int],
+                      indices_batching: Sequence[int], batch: Sequence[str],
+                      index_vector_dim: int, window: dict[int, str]) -> list[str]:
+    """The operand element that gather reads or scatter writes, as one C++ sum per
+    dimension: the start index (``__start<k>``) along ``start_dims``, the batch position
+    along the operand's batching dimensions, and the offset in the window (``window``)."""
+    position = []
+    for d in range(rank):
+        terms = []
+        if d in start_dims:
+            terms.append(f"__start{list(start_dims).index(d)}")
+        if d in operand_batching:
+            d_start = indices_batching[list(operand_batching).index(d)]
+            terms.append(batch[d_start - (d_start > index_vector_dim)])
+        if d in window:
+            terms.append(window[d])
+        position.append(_sum(terms))
+    return position
 
 
 # ------------------------------------------------------------------------- scatter
@@ -378,17 +391,9 @@ def scatter(b: Builder, op: ir.Op) -> list[Binding]:
             for d in looped_window:
                 nest.enter_context(code.loops(Loop(f"__u{d}", "0", str(update_shape[d])),
                                               scalar=True))
-        position = []
-        for d in range(len(shape)):
-            terms = []
-            if d in to_operand:
-                terms.append(f"__start{to_operand.index(d)}")
-            if d in input_batching:
-                d_start = indices_batching[input_batching.index(d)]
-                terms.append(scatter_index[d_start - (d_start > index_vector_dim)])
-            if d in window_of:
-                terms.append(update_index[window_of[d]])
-            position.append(_sum(terms))
+        position = _operand_position(
+            len(shape), to_operand, input_batching, indices_batching, scatter_index,
+            index_vector_dim, {d: update_index[w] for d, w in window_of.items()})
         code.line(f"const int64_t __at = {flat_index(shape, position)};")
         code.lines(f"const {e.compute} __x{k} = {e.load(read(update_index))};"
                    for k, (e, read) in enumerate(zip(update_elements, read_updates)))
