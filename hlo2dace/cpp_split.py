@@ -1,5 +1,6 @@
-"""Splits the C++ file DaCe generates for a program into translation units that the
-compiler builds in parallel.
+"""Rewrites of the C++ file DaCe generates for a program: split into translation units
+that the compiler builds in parallel, and the program's arrays reached through restricted
+local pointers so that GCC vectorises the loops over them.
 
 DaCe writes a program as one file: includes, the state struct and the global code (the
 prelude), then one function, ``__program_<name>_internal``, whose body holds the code of
@@ -16,6 +17,16 @@ time) would be needed by more than one part, and a ``goto`` cannot leave a funct
 Anything else stays one file. The prelude is header-only C++ (inline functions and
 variables, templates), so it may be compiled into every part; the parts are hidden symbols
 of the library, so two programs loaded in one process never call each other's parts.
+
+DaCe keeps the program's arrays (transients that live as long as the program) as fields of
+its state struct, and the code reaches them as ``__state->__0_x[i]``. GCC does not take
+the fields' ``__restrict__`` into account, least of all in the functions OpenMP outlines:
+there it reloads each pointer in every iteration and leaves a loop over several arrays
+scalar (``no vectype for stmt``). ``restrict_state_pointers`` copies each field a function
+uses into a ``const __restrict__`` local at the function's start. That is what the fields
+already promise: DaCe allocates each array once (``__dace_init``), apart from the others,
+and never reassigns it while the program runs. A field that the file assigns or reaches
+anywhere else is left as it is.
 """
 
 from __future__ import annotations
@@ -36,6 +47,16 @@ class Split:
 
     main: str
     parts: tuple[str, ...]
+
+
+def program_files(code: str, program: str, parts: int | None = None) -> Split:
+    """``code`` (DaCe's file for the program named ``program``) split as ``split`` does
+    where it can, each function's state pointers restricted (``restrict_state_pointers``)."""
+    cut = split(code, program, parts)
+    if cut is None:
+        return Split(restrict_state_pointers(code, [f"__program_{program}_internal"]), ())
+    return Split(cut.main, tuple(restrict_state_pointers(part, [f"__h2d_part{k}_{program}"])
+                                 for k, part in enumerate(cut.parts)))
 
 
 def split(code: str, program: str, parts: int | None = None) -> Split | None:
@@ -92,6 +113,75 @@ def _groups(blocks: list[tuple[int, int]], size: int, count: int
         groups[-1].append((begin, end))
         done += end - begin
     return groups
+
+
+def restrict_state_pointers(code: str, functions: list[str]) -> str:
+    """``code`` with the state's array pointers that ``functions`` (names defined in
+    ``code``) use read through ``const __restrict__`` locals of each function."""
+    struct = _STATE_STRUCT.search(code)
+    if struct is None:
+        return code
+    fields = {name: pointer for pointer, name in _STATE_FIELD.findall(struct.group(1))}
+    spans = _bodies(code)
+    bodies = sorted(spans[f] for f in functions if f in spans)
+    # DaCe's allocation and release of the arrays
+    allocation = [span for name, span in spans.items() if _ALLOCATING.match(name)]
+    elsewhere = set()  # fields assigned, or reached outside the bodies and the allocation
+    for access in _STATE_ACCESS.finditer(code):
+        at = access.start()
+        inside = any(begin <= at < end for begin, end in bodies)
+        field_address = code[at - 1] == "&" and not code.startswith("[", access.end())
+        if (inside and (field_address or _ASSIGNED.match(code, access.end()))) or not (
+                inside or any(begin <= at < end for begin, end in allocation)):
+            elsewhere.add(access.group(1))
+    restricted = set(fields) - elsewhere
+    rewritten, done = [], 0
+    for begin, end in bodies:
+        body = code[begin:end]
+        used = [name for name in fields if name in restricted and f"__state->{name}" in body]
+        if used:
+            body = re.sub(r"__state->(\w+)\b", lambda m: f"__h2d_{m.group(1)}"
+                          if m.group(1) in restricted else m.group(0), body)
+            body = "".join(f"\n    {fields[name]} __restrict__ const __h2d_{name} = "
+                           f"__state->{name};" for name in used) + body
+        rewritten += [code[done:begin], body]
+        done = end
+    return "".join(rewritten) + code[done:]
+
+
+#: DaCe's state struct, its array fields, the accesses to them, and the functions that
+#: allocate and free them
+_STATE_STRUCT = re.compile(r"^struct \w+_state_t \{(.*?)^\};", re.S | re.M)
+_STATE_FIELD = re.compile(r"^\s*([\w:<>, ]+?\s*\*)\s*__restrict__\s+(\w+);", re.M)
+_STATE_ACCESS = re.compile(r"__state->(\w+)\b")
+_ASSIGNED = re.compile(r"\s*(?:[-+*/%&|^]|<<|>>)?=(?!=)")
+_ALLOCATING = re.compile(r"__dace_(?:init|exit)_")
+_DEFINITION = re.compile(r"\b(\w+)\s*\($")
+
+
+def _bodies(code: str) -> dict[str, tuple[int, int]]:
+    """The functions defined at the top level of ``code``, each with the text positions
+    just inside its body's braces."""
+    tokens = _Tokens(code, 0)
+    found, index = {}, 0
+    while index < len(tokens.kinds):
+        if tokens.kinds[index] not in ("{", "("):
+            index += 1
+            continue
+        close = tokens.closing(index)
+        if close < 0:
+            break  # unbalanced: the rest is not read
+        if tokens.kinds[index] == "(" and close + 1 < len(tokens.kinds) \
+                and tokens.kinds[close + 1] == "{":
+            at = tokens.positions[index] + 1
+            name = _DEFINITION.search(code, max(0, at - 256), at)
+            body_close = tokens.closing(close + 1)
+            if name is not None and body_close > 0:
+                found[name.group(1)] = (tokens.positions[close + 1] + 1,
+                                        tokens.positions[body_close])
+                close = body_close
+        index = close + 1
+    return found
 
 
 _IDENTIFIER = re.compile(r"[A-Za-z_]\w*")

@@ -60,13 +60,13 @@ def build(sdfg: Any, folder: Path, parts: int | None = None) -> Any:
         objects = codegen.generate_code(program, validate=False)
         frame = next(o for o in objects if o.title == "Frame")
         signature = signature_sdfg(program, frame.clean_code)
-        split = cpp_split.split(frame.clean_code, program.name, parts)
-        if split is not None:
-            frame.code = split.main
-            objects += [copy.copy(frame) for _ in split.parts]
-            for k, (part, code) in enumerate(zip(objects[-len(split.parts):], split.parts)):
-                part.name, part.code, part.title = f"{program.name}_part{k}", code, "Part"
-        files = 1 + len(split.parts) if split else 1
+        split = cpp_split.program_files(frame.clean_code, program.name, parts)
+        frame.code = split.main
+        for k, code in enumerate(split.parts):
+            part = copy.copy(frame)
+            part.name, part.code, part.title = f"{program.name}_part{k}", code, "Part"
+            objects.append(part)
+        files = 1 + len(split.parts)
         generation.note = f"{files} C++ file{'s' if files > 1 else ''}"
         compiler.generate_program_folder(None, objects, str(folder))
         # the frame includes the hash of the SDFG it came from; the folder's name serves
