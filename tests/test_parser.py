@@ -815,3 +815,21 @@ def test_ten_thousand_ops_parse_quickly():
     assert len(module.main.ops) == 10_001
     assert module.main.ops[7].location == ir.Location("big.py", 8, 1, "jit(f)/op8")
     assert elapsed < 20, f"{elapsed:.1f} s for 10,000 ops"
+
+
+def test_parser_tables_are_kept_in_the_private_folder(tmp_path, monkeypatch):
+    """The parser's tables are computed once per grammar and kept where only the user can
+    write (a pickle), and a parser built from them reads programs as a fresh one does."""
+    from hlo2dace import folders
+    from hlo2dace.frontend import parser
+
+    monkeypatch.setattr(folders, "native_dir", lambda: tmp_path)
+    text = _lowered(lambda x: jnp.sin(x) * 2, np.ones(3, np.float32))
+    expected = repr(parse_module(text))  # the IR compares by value in its printed form
+    monkeypatch.setattr(parser, "_parser", None)  # built again, and its tables kept
+    assert repr(parse_module(text)) == expected
+    kept, = tmp_path.glob("stablehlo-*.lark")
+    stamp = kept.stat().st_mtime_ns
+    monkeypatch.setattr(parser, "_parser", None)  # built from the kept tables
+    assert repr(parse_module(text)) == expected
+    assert kept.stat().st_mtime_ns == stamp  # read, not written again

@@ -37,6 +37,7 @@ Representation choices (see also the table in :mod:`hlo2dace.ir`):
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import threading
@@ -47,9 +48,10 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 from lark import Lark, Token, Transformer
+from lark import __version__ as lark_version
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
-from .. import ir
+from .. import folders, ir
 from ..errors import ParseError, pointed_line
 
 __all__ = ["parse_module", "GRAMMAR_PATH"]
@@ -1010,12 +1012,27 @@ def _get_parser() -> tuple[Lark, _TreeToIR]:
         with _build_lock:
             if _parser is None:
                 tree_to_ir = _TreeToIR()
-                lark = Lark(GRAMMAR_PATH.read_text(encoding="utf-8"), parser="lalr",
-                            lexer="contextual", start=["start", "prelude", "struct_fields"],
-                            transformer=tree_to_ir, maybe_placeholders=True)
+                lark = _build_lark(tree_to_ir)
                 tree_to_ir.lark = lark
                 _parser = (lark, tree_to_ir)
     return _parser
+
+
+def _build_lark(tree_to_ir: _TreeToIR) -> Lark:
+    """The LALR parser of the grammar. Computing its tables takes 0.4 s, a third of the
+    first call of a small program, so lark keeps them (its ``cache``) in the user's private
+    folder (``folders.native_dir``: the file is a pickle, which only a folder nobody else
+    can write may hold), one file per grammar, options and lark version. A file that lark
+    cannot read (another process is writing it) is computed again."""
+    grammar = GRAMMAR_PATH.read_text(encoding="utf-8")
+    options = dict(parser="lalr", lexer="contextual", maybe_placeholders=True,
+                   start=["start", "prelude", "struct_fields"], transformer=tree_to_ir)
+    key = hashlib.sha256(f"{grammar}{lark_version}".encode()).hexdigest()[:24]
+    try:
+        kept = str(folders.native_dir() / f"stablehlo-{key}.lark")
+    except OSError:
+        kept = False
+    return Lark(grammar, cache=kept, **options)
 
 
 def _describe(error: UnexpectedInput, lark: Lark) -> str:
