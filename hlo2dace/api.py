@@ -29,6 +29,7 @@ from .errors import ArgumentError, CompilationError, Hlo2DaceError
 from .frontend.normalize import NormalizedModule, normalize, specialise
 from .frontend.parser import GRAMMAR_PATH, parse_module
 from .frontend.sink import sink_constants
+from .frontend.xla_rewrites import xla_rewrites
 from .progress import stage
 
 
@@ -71,7 +72,8 @@ class Lowered:
     def module(self) -> ir.Module:
         if self._module is None:
             with stage("parse"):
-                self._module = sink_constants(parse_module(self._normalized.text))
+                self._module = xla_rewrites(
+                    sink_constants(parse_module(self._normalized.text)))
         return self._module
 
     @property

@@ -47,12 +47,12 @@ def shard_map(f, mesh, in_specs, out_specs):
                          check_vma=False)
 
 
-# 0 ULP: a mean of gradients on the same data path as XLA: the local products and sums
-# are the single-process kernels' (bit-exact for this size on the tests' CPUs) and the
-# all-reduce folds the ranks in order, as XLA's CPU collectives do; 4 ULP would allow
-# tanh's libmvec/XLA difference, which the step does not reach (no tanh in the loss path
-# reduced over more than one element). Measured: 0.
-@program(ulp=4)
+# 8 ULP: a mean of gradients on the same data path as XLA (the all-reduce folds the ranks
+# in order, as XLA's CPU collectives do), but tanh is libmvec's here and XLA's own
+# approximation there (3 ULP apart, docs/vector-math.md), and the backward pass carries
+# that into the updated weights. Measured: 4 ULP, 5 once products and sums are contracted
+# into fused multiply-adds as XLA contracts them.
+@program(ulp=8)
 def mlp_training_step():
     """Data-parallel SGD: the batch sharded, parameters replicated, gradients `pmean`."""
     def loss(params, x, y):

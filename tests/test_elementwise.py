@@ -831,3 +831,74 @@ def test_vectorised_loops_keep_denormal_inputs(dtype):
     y = np.tile(np.array([tiny, -tiny, tiny * 1000, 1.0], dtype), 16)
     x = np.tile(np.array([0.0, -1.0, 1.0, -0.0, 2.0], dtype), 13)[:64]
     assert_matches_jax(lambda y, x: (jnp.sin(y), jnp.arctan2(y, x)), y, x)
+
+
+#: products that XLA's CPU code contracts with an add or a subtract into one fused
+#: multiply-add, and ones it does not (the product has another use, or is one of two equal
+#: products, which XLA's CSE makes one)
+CONTRACTIONS = {
+    "a*b+c": lambda a, b, c, d: a * b + c,
+    "c+a*b": lambda a, b, c, d: c + a * b,
+    "a*b+c*d": lambda a, b, c, d: a * b + c * d,
+    "a*b-c": lambda a, b, c, d: a * b - c,
+    "c-a*b": lambda a, b, c, d: c - a * b,
+    "a*b-c*d": lambda a, b, c, d: a * b - c * d,
+    "-(a*b)+c": lambda a, b, c, d: -(a * b) + c,
+    "c+-(a*b)": lambda a, b, c, d: c + -(a * b),
+    "2.5*a+c+d": lambda a, b, c, d: 2.5 * a + c + d,
+    "broadcast": lambda a, b, c, d: a[:12, None] * b[None, :10] + c[:10],
+    "sqrt(|a*b+c|)": lambda a, b, c, d: jnp.sqrt(jnp.abs(a * b + c)),
+    "in a loop": lambda a, b, c, d: lax.fori_loop(0, 3, lambda i, x: x * b + c, a),
+    "two uses": lambda a, b, c, d: (a * b + c) * (a * b),
+    "also a result": lambda a, b, c, d: (a * b + c, a * b),
+}
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_id)
+def test_products_are_contracted_where_xla_contracts_them(dtype):
+    """Bit for bit: where the machine has FMA, XLA rounds ``a*b+c`` once unless the
+    product has another use in the same fused code or is written to memory; hlo2dace does
+    the same, and rounds twice where XLA does."""
+    rng = np.random.default_rng(7)
+    a, b, c, d = (rng.standard_normal(64).astype(dtype) for _ in range(4))
+
+    def programs(a, b, c, d):
+        return {name: f(a, b, c, d) for name, f in CONTRACTIONS.items()}
+
+    assert_matches_jax(programs, a, b, c, d)
+
+
+@pytest.mark.parametrize("dtype", [*FLOAT_DTYPES, *COMPLEX_DTYPES], ids=dtype_id)
+def test_divisions_by_broadcasts_and_constants_round_as_xla_s(dtype):
+    """Bit for bit: XLA multiplies by the reciprocal of a constant or a broadcast real
+    value (``frontend/xla_rewrites.py``), and divides by anything else."""
+    rng = np.random.default_rng(11)
+    shape = (6, 40)
+    x, y = (np.asarray(rng.standard_normal(shape) * (1 + 1j if np.dtype(dtype).kind == "c"
+                                                     else 1)).astype(dtype) for _ in range(2))
+    row, scalar = y[0] + dtype(3), dtype(1.7)
+    table = np.asarray(np.arange(1, 41) * 0.37, dtype)
+
+    def divisions(x, y, row, scalar):
+        return {"x / 3": x / 3.0, "x / scalar": x / scalar, "x / row": x / row[None, :],
+                "x / constant": x / jnp.asarray(table), "3 / x": 3.0 / x, "x / y": x / y}
+
+    assert_matches_jax(divisions, x, y, row, scalar)
+
+
+PRODUCTS_OF_SCALARS = {
+    "(x * 2.5) * 0.37": lambda x, s: (x * 2.5) * 0.37,
+    "(x * 2.5) * s * 1.3": lambda x, s: (x * 2.5) * s * 1.3,
+    "s * (2.5 * x)": lambda x, s: s * (2.5 * x),
+    "(x * s) * 2.5": lambda x, s: x * s * 2.5,  # not reassociated: s is no constant
+    "x / 3 / 7": lambda x, s: x / 3.0 / 7.0,
+}
+
+
+@pytest.mark.parametrize("name", PRODUCTS_OF_SCALARS)
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_id)
+def test_products_of_broadcast_scalars_round_as_xla_s(dtype, name):
+    """Bit for bit: XLA takes the product of a broadcast scalar constant and another
+    broadcast scalar first (f16, f32, f64), and each program is one such case."""
+    x = np.random.default_rng(5).standard_normal((6, 40)).astype(dtype)
+    assert_matches_jax(PRODUCTS_OF_SCALARS[name], x, dtype(1.7))

@@ -445,7 +445,8 @@ def test_compiling_from_several_threads(private_cache, monkeypatch):
 
     _in_threads(work)
     for k, program in compiled.items():
-        np.testing.assert_allclose(program(X), np.cos(X) * (k % 4) + k % 4, rtol=1e-15)
+        # one rounding where XLA (and hlo2dace) contract the product and the sum, two in NumPy
+        np.testing.assert_allclose(program(X), np.cos(X) * (k % 4) + k % 4, rtol=1e-13)
     assert len(builds) == len(set(builds)) == 4
     for module in range(4):  # the second thread got the program the first one built
         assert compiled[module].program is compiled[module + 4].program

@@ -24,10 +24,12 @@ from ..progress import stage
 from . import bytecode
 
 MLIR_BYTECODE_MAGIC = b"ML\xefR"
-#: Passes run on every module: CHLO ops become StableHLO ops, as XLA's pipeline does it, and
-#: composites become calls of their decompositions.
+#: Passes run on every module: CHLO ops become StableHLO ops, as XLA's pipeline does it,
+#: composites become calls of their decompositions, and ops that compute the same value
+#: become one (XLA's CSE: JAX writes ``(a*b + c) * (a*b)`` with two products, and whether a
+#: product has one use decides whether XLA contracts it into a fused multiply-add).
 NORMALIZE_PIPELINE = ("builtin.module(func.func(chlo-legalize-to-stablehlo), "
-                      "func.func(stablehlo-legalize-composite-to-call))")
+                      "func.func(stablehlo-legalize-composite-to-call), cse)")
 #: Run as well on modules with dynamic shapes or ops: shapes that constants or the argument
 #: types determine become static, and dynamic ops with constant shape operands become their
 #: static forms (``dynamic_pad`` -> ``pad``), as XLA refines exported modules.

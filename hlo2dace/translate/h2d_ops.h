@@ -518,6 +518,16 @@ template <typename T> inline T mul(T a, T b) {
     } else if constexpr (is_complex<T>) return cx::mul(a, b);
     else return a * b;
 }
+// x * y + z as XLA's CPU code computes an add or subtract of a product that has no other
+// use (fusion.py: ``contraction``): LLVM contracts them into one fused multiply-add, one
+// rounding, where the machine has FMA; elsewhere the product is rounded first.
+template <typename T> inline T mul_add(T x, T y, T z) {
+#if defined(__FMA__)
+    return std::fma(x, y, z);
+#else
+    return x * y + z;
+#endif
+}
 template <typename T> inline T neg(T a) {
     if constexpr (is_int<T>) return (T)(uns<T>(0) - (uns<T>)a);
     else return -a;
