@@ -895,10 +895,16 @@ PRODUCTS_OF_SCALARS = {
 }
 
 
-@pytest.mark.parametrize("name", PRODUCTS_OF_SCALARS)
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_id)
-def test_products_of_broadcast_scalars_round_as_xla_s(dtype, name):
+def test_products_of_broadcast_scalars_round_as_xla_s(dtype):
     """Bit for bit: XLA takes the product of a broadcast scalar constant and another
-    broadcast scalar first (f16, f32, f64), and each program is one such case."""
-    x = np.random.default_rng(5).standard_normal((6, 40)).astype(dtype)
-    assert_matches_jax(PRODUCTS_OF_SCALARS[name], x, dtype(1.7))
+    broadcast scalar first (f16, f32, f64). Each case reads arguments of its own, so that
+    no case shares a value with another."""
+    rng = np.random.default_rng(5)
+    xs = {name: rng.standard_normal((6, 40)).astype(dtype) for name in PRODUCTS_OF_SCALARS}
+    scales = {name: dtype(1.7 + k / 8) for k, name in enumerate(PRODUCTS_OF_SCALARS)}
+
+    def products(xs, scales):
+        return {name: f(xs[name], scales[name]) for name, f in PRODUCTS_OF_SCALARS.items()}
+
+    assert_matches_jax(products, xs, scales)
