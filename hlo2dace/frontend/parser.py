@@ -269,7 +269,7 @@ def _split_top(text: str) -> list[str]:
 # ---------------------------------------------------------------------- dense elements
 
 
-def _element_dtype(element: str) -> np.dtype:
+def element_dtype(element: str) -> np.dtype:
     dtype = _DTYPES.get(element)
     if dtype is None:
         quant = _QUANT_STORAGE.match(element)
@@ -805,7 +805,7 @@ class _TreeToIR(Transformer):
         if not isinstance(type_, ir.TensorType) or not type_.is_static:
             raise _Error.at(token, f"dense elements need a statically shaped tensor type, "
                             f"not {type_}")
-        dtype = _element_dtype(type_.element)
+        dtype = element_dtype(type_.element)
         shape, size = type_.shape, type_.size
         if blob:
             text = _unescape(content)
@@ -1022,8 +1022,9 @@ def _build_lark(tree_to_ir: _TreeToIR) -> Lark:
     """The LALR parser of the grammar. Computing its tables takes 0.4 s, a third of the
     first call of a small program, so lark keeps them (its ``cache``) in the user's private
     folder (``folders.native_dir``: the file is a pickle, which only a folder nobody else
-    can write may hold), one file per grammar, options and lark version. A file that lark
-    cannot read (another process is writing it) is computed again."""
+    can write may hold), one file per grammar and lark version (lark checks the options
+    itself). A file that lark cannot read (another process is writing it) is computed
+    again."""
     grammar = GRAMMAR_PATH.read_text(encoding="utf-8")
     options = dict(parser="lalr", lexer="contextual", maybe_placeholders=True,
                    start=["start", "prelude", "struct_fields"], transformer=tree_to_ir)

@@ -26,10 +26,10 @@ from collections import Counter
 import numpy as np
 
 from .. import ir
+from .parser import element_dtype
 
-#: element type -> NumPy type, for the types whose divisions XLA rewrites
-RECIPROCAL_TYPES = {"f16": np.float16, "f32": np.float32, "f64": np.float64,
-                    "complex<f32>": np.complex64, "complex<f64>": np.complex128}
+#: the element types whose divisions XLA rewrites
+RECIPROCAL_TYPES = ("f16", "f32", "f64", "complex<f32>", "complex<f64>")
 #: the types whose products of broadcast scalars XLA reassociates
 REASSOCIATED_TYPES = ("f16", "f32", "f64")
 
@@ -93,7 +93,7 @@ def _reciprocal(op: ir.Op, producers: dict[str, ir.Op], readers: Counter
     if t.element.startswith("complex") or (base.type.rank == 0 and readers[divisor.name] > 1):
         return None  # XLA divides by a complex value, or a scalar broadcast for others too
     one = _constant_op(f"{name}_one", base.type,
-                       np.ones(base.type.shape, RECIPROCAL_TYPES[t.element]), op.location)
+                       np.ones(base.type.shape, element_dtype(t.element)), op.location)
     inverse = [one, ir.Op("stablehlo.divide", (one.result, base),
                           (ir.Value(name, base.type),), location=op.location)]
     spread = _rebroadcast(source, inverse[-1].result, f"{name}_broadcast")

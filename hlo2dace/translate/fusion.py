@@ -226,8 +226,9 @@ def _emit_map(emit: Emitter, cluster: ElementwiseCluster, outputs: dict,
                 expression = contracted_expression(op, found, args[:2], args[2])
             else:
                 in_types = [dtypes.of(v.type, op.name, op.location) for v in op.operands]
-                expression = out_type.fit(registry.elementwise_rule(op).at(
-                    op, args, in_types, out_type, map_params(rank)))
+                expression = registry.elementwise_rule(op).at(op, args, in_types, out_type,
+                                                              map_params(rank))
+            expression = out_type.fit(expression)
             key = (id(scope), op.result.name)
             out_conns, out_edges = {}, []
             if key in read_inside and key in outputs:
@@ -342,7 +343,7 @@ class Recompute:
         return element.load(conn)
 
     def _recomputed(self, binding) -> bool:
-        """Whether ``value`` computes ``binding`` here rather than reading an array."""
+        """Whether ``binding`` is computed in this tasklet rather than read from an array."""
         return isinstance(binding, Pending) and (binding.unresolved
                                                  or binding.cluster is self.cluster)
 
