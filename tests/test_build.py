@@ -105,7 +105,7 @@ def test_state_pointers_are_read_through_restricted_locals():
 
 def test_loops_over_program_arrays_vectorise(private_cache):
     """A map that reads two arrays the program keeps (here carried through a loop) and
-    writes a third reaches them through restricted locals, in every part."""
+    writes a third reaches them through restricted locals."""
     x = np.linspace(0, 1, 4096)
 
     def loop(x):
