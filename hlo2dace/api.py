@@ -26,6 +26,7 @@ from .arguments import (
     traced,
 )
 from .errors import ArgumentError, CompilationError, Hlo2DaceError
+from .frontend.inline import inline_calls
 from .frontend.normalize import NormalizedModule, normalize, specialise
 from .frontend.parser import GRAMMAR_PATH, parse_module
 from .frontend.sink import sink_constants
@@ -73,7 +74,7 @@ class Lowered:
         if self._module is None:
             with stage("parse"):
                 self._module = xla_rewrites(
-                    sink_constants(parse_module(self._normalized.text)))
+                    sink_constants(inline_calls(parse_module(self._normalized.text))))
         return self._module
 
     @property

@@ -163,3 +163,20 @@ def test_outer_memlets_are_those_of_dace_s_propagation():
             compared += 1
             at_point += point_subset(memlets, entry.map, use_dst) is not None
     assert 0 < at_point < compared  # both ways of propagating were compared
+
+
+def test_values_passed_to_jax_helpers_are_computed_where_they_are_read():
+    """``jnp.where`` calls a jitted helper. Inlined, the mask read by it and by two
+    reductions is computed in each reduction's loop, as XLA fuses it, and nothing of the
+    input's size is written (NPBench's azimint_naive: four passes became two)."""
+    def f(data, radius, lo, hi):
+        mask = jnp.logical_and(lo <= radius, radius < hi)
+        return jnp.where(mask, data, 0).mean(where=mask)
+
+    rng = np.random.default_rng(0)
+    data, radius = rng.random(5000), rng.random(5000)
+    lo, hi = np.float64(0.25), np.float64(0.5)
+    sdfg = hlo2dace.jit(f, optimize="default").lower(data, radius, lo, hi).as_sdfg()
+    assert not [name for name, d in _arrays(sdfg, transient=True).items()
+                if d.total_size == data.size], "the mask and the selection stay in registers"
+    assert_matches_jax(f, data, radius, lo, hi, rtol=1e-13)  # sums in another order

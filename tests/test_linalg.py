@@ -575,18 +575,28 @@ MIXED_COMPLEX_OTHERS = (ml_dtypes.bfloat16, np.float16, np.float32, np.float64, 
 COMPLEX_SHAPES = [(4, 3, 6), (3, 5, 7), (20, 30, 25), (9, 11, 7), (16, 33, 5), (13, 9, 1),
                   (1, 100, 7), (1, 40, 1), (1, 70, 1)]
 
-MIXED_DOT = """
-func.func @main(%a: tensor<{m}x{k}x{c}>, %b: tensor<{k}x{n}x{o}>, %at: tensor<{k}x{m}x{o}>,
-                %bt: tensor<{n}x{k}x{c}>) -> (tensor<{m}x{n}x{c}>, tensor<{m}x{n}x{c}>) {{
-  %0 = "stablehlo.dot_general"(%a, %b) <{{dot_dimension_numbers = #stablehlo.dot<
-      lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]>}}>
-      : (tensor<{m}x{k}x{c}>, tensor<{k}x{n}x{o}>) -> tensor<{m}x{n}x{c}>
-  %1 = "stablehlo.dot_general"(%at, %bt) <{{dot_dimension_numbers = #stablehlo.dot<
-      lhs_contracting_dimensions = [0], rhs_contracting_dimensions = [1]>}}>
-      : (tensor<{k}x{m}x{o}>, tensor<{n}x{k}x{c}>) -> tensor<{m}x{n}x{c}>
-  return %0, %1 : tensor<{m}x{n}x{c}>, tensor<{m}x{n}x{c}>
-}}
-"""
+def _mixed_dot(c: str, o: str) -> str:
+    """One module with, for each of COMPLEX_SHAPES, a product of a complex operand by one
+    of element type ``o`` and of the transposed pair the other way round (one module, so
+    one build, per pair of types)."""
+    arguments, lines, results, returned = [], [], [], []
+    for s, (m, k, n) in enumerate(COMPLEX_SHAPES):
+        arguments += [f"%a{s}: tensor<{m}x{k}x{c}>", f"%b{s}: tensor<{k}x{n}x{o}>",
+                      f"%at{s}: tensor<{k}x{m}x{o}>", f"%bt{s}: tensor<{n}x{k}x{c}>"]
+        for r, (x, y, lhs, rhs) in enumerate(((f"%a{s}", f"%b{s}", 1, 0),
+                                              (f"%at{s}", f"%bt{s}", 0, 1))):
+            tx, ty = ((f"{m}x{k}x{c}", f"{k}x{n}x{o}") if r == 0 else
+                      (f"{k}x{m}x{o}", f"{n}x{k}x{c}"))
+            lines.append(
+                f'  %r{s}_{r} = "stablehlo.dot_general"({x}, {y}) <{{dot_dimension_numbers = '
+                f"#stablehlo.dot<lhs_contracting_dimensions = [{lhs}], "
+                f"rhs_contracting_dimensions = [{rhs}]>}}> : (tensor<{tx}>, tensor<{ty}>) "
+                f"-> tensor<{m}x{n}x{c}>")
+            results.append(f"tensor<{m}x{n}x{c}>")
+            returned.append(f"%r{s}_{r}")
+    return (f"func.func @main({', '.join(arguments)}) -> ({', '.join(results)}) {{\n"
+            + "\n".join(lines) + f"\n  return {', '.join(returned)} : "
+            f"{', '.join(results)}\n}}\n")
 
 
 @pytest.mark.parametrize("complex_dtype", [np.complex64, np.complex128], ids=dtype_id)
@@ -606,15 +616,16 @@ def test_mixed_complex_products_are_xla_bit_for_bit(complex_dtype, other):
             return operand(other, shape, seed=seed)
         return (np.random.default_rng(seed).standard_normal(shape) * 4).astype(other)
 
-    c, o = element_of_numpy(complex_dtype), element_of_numpy(other)
+    arguments = []
     for m, k, n in COMPLEX_SHAPES:
-        a, b = operand(complex_dtype, (m, k), seed=m), values((k, n), n)
-        at, bt = values((k, m), k), operand(complex_dtype, (n, k), seed=k + 1)
-        text = MIXED_DOT.format(m=m, k=k, n=n, c=c, o=o)
-        expected = run_module(text, [a, b, at, bt])
-        actual = hlo2dace.compile_text(text)(a, b, at, bt)
-        for index, (want, got) in enumerate(zip(expected, actual)):
-            assert_arrays_match(want, np.asarray(got), where=f"{(m, k, n)} result {index}")
+        arguments += [operand(complex_dtype, (m, k), seed=m), values((k, n), n),
+                      values((k, m), k), operand(complex_dtype, (n, k), seed=k + 1)]
+    text = _mixed_dot(element_of_numpy(complex_dtype), element_of_numpy(other))
+    expected = run_module(text, arguments)
+    actual = hlo2dace.compile_text(text)(*arguments)
+    for index, (want, got) in enumerate(zip(expected, actual)):
+        shape = COMPLEX_SHAPES[index // 2]
+        assert_arrays_match(want, np.asarray(got), where=f"{shape} result {index % 2}")
 
 
 @pytest.mark.parametrize("dtype", [np.complex64, np.complex128], ids=dtype_id)

@@ -15,6 +15,7 @@ from jax import lax
 
 from hlo2dace import ir
 from hlo2dace.errors import ParseError
+from hlo2dace.frontend.inline import inline_calls
 from hlo2dace.frontend.parser import parse_module
 
 CONFORMANCE = Path("/work/shared/conformance/stablehlo-interpret")
@@ -833,3 +834,33 @@ def test_parser_tables_are_kept_in_the_private_folder(tmp_path, monkeypatch):
     monkeypatch.setattr(parser, "_parser", None)  # built from the kept tables
     assert repr(parse_module(text)) == expected
     assert kept.stat().st_mtime_ns == stamp  # read, not written again
+
+
+# ----------------------------------------------------------------------------- calls inlined
+
+
+def test_calls_are_inlined_with_names_of_their_own():
+    """JAX calls a jitted helper for every ``jnp.where``: each call site, in loops and in
+    helpers too, becomes the callee's ops under fresh names, and what read a call's result
+    reads the callee's."""
+    def clipped(x):
+        return jnp.where(x > 0, x, 0.0)
+
+    def f(x):
+        def body(i, c):
+            return clipped(c) * 2 + jnp.where(c < 1, c, 1.0)
+        return lax.fori_loop(0, 3, body, x), jnp.where(x > 0, x, -x), jax.jit(clipped)(x)
+
+    x = np.linspace(-1, 1, 8, dtype=np.float32)
+    module = parse_module(_lowered(f, x))
+    assert any(op.name == "func.call" for op in module.main.ops for op in op.walk())
+    inlined = inline_calls(module)
+    ops = [inner for op in inlined.main.ops for inner in op.walk()]
+    assert not [op for op in ops if op.name in ("func.call", "stablehlo.call")]
+    defined = [r.name for op in ops for r in op.results] + [
+        a.name for op in ops for region in op.regions for block in region.blocks
+        for a in block.arguments]
+    assert len(defined) == len(set(defined)), "every inlined value has a name of its own"
+    defined = set(defined) | {a.name for a in inlined.main.arguments}
+    assert all(v.name in defined for op in ops for v in op.operands), "no dangling reads"
+    assert sum(op.name == "stablehlo.select" for op in ops) == 4
