@@ -26,7 +26,9 @@ scalar (``no vectype for stmt``). ``restrict_state_pointers`` copies each field 
 uses into a ``const __restrict__`` local at the function's start. That is what the fields
 already promise: DaCe allocates each array once (``__dace_init``), apart from the others,
 and never reassigns it while the program runs. A field that the file assigns or reaches
-anywhere else is left as it is.
+anywhere else is left as it is. A field of ``bool`` elements that a function only indexes
+is read and written as bytes there (``_local``): GCC does not vectorise a loop that selects
+by a mask read from a ``bool`` array.
 """
 
 from __future__ import annotations
@@ -140,13 +142,28 @@ def restrict_state_pointers(code: str, functions: list[str]) -> str:
         body = code[begin:end]
         used = [name for name in fields if name in restricted and f"__state->{name}" in body]
         if used:
+            declarations = "".join(_local(name, fields[name], body) for name in used)
             body = re.sub(r"__state->(\w+)\b", lambda m: f"__h2d_{m.group(1)}"
                           if m.group(1) in restricted else m.group(0), body)
-            body = "".join(f"\n    {fields[name]} __restrict__ const __h2d_{name} = "
-                           f"__state->{name};" for name in used) + body
+            body = declarations + body
         rewritten += [code[done:begin], body]
         done = end
     return "".join(rewritten) + code[done:]
+
+
+def _local(name: str, pointer: str, body: str) -> str:
+    """The restricted local through which ``body`` reaches the state's field ``name``: of
+    the field's type, or for an array of ``bool`` that ``body`` only indexes, a pointer to
+    its bytes. GCC 12 vectorises no loop that reads a ``bool`` array into a mask beside
+    wider elements (a select of doubles or complex numbers by a carried mask), and does
+    when the bytes are read (``uint8_t``; a ``bool`` holds 0 or 1, and a byte may alias
+    anything)."""
+    uses = list(re.finditer(rf"__state->{name}\b", body))
+    if _BOOL_POINTER.match(pointer) and all(
+            body.startswith("[", use.end()) and body[use.start() - 1] != "&" for use in uses):
+        return (f"\n    uint8_t * __restrict__ const __h2d_{name} = "
+                f"reinterpret_cast<uint8_t *>(__state->{name});")
+    return f"\n    {pointer} __restrict__ const __h2d_{name} = __state->{name};"
 
 
 #: DaCe's state struct, its array fields, the accesses to them, and the functions that
@@ -157,6 +174,7 @@ _STATE_ACCESS = re.compile(r"__state->(\w+)\b")
 _ASSIGNED = re.compile(r"\s*(?:[-+*/%&|^]|<<|>>)?=(?!=)")
 _ALLOCATING = re.compile(r"__dace_(?:init|exit)_")
 _DEFINITION = re.compile(r"\b(\w+)\s*\($")
+_BOOL_POINTER = re.compile(r"bool\s*\*$")
 
 
 def _bodies(code: str) -> dict[str, tuple[int, int]]:

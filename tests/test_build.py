@@ -78,14 +78,17 @@ def test_split_leaves_one_file_where_parts_would_share_locals_or_labels(body):
 
 
 STATE = ("struct p_state_t {\n    float * __restrict__ __0_a;\n    double * __restrict__ __0_b;\n"
-         "    int * __restrict__ __0_c;\n    int * __restrict__ __0_d;\n};\n")
+         "    int * __restrict__ __0_c;\n    int * __restrict__ __0_d;\n"
+         "    bool * __restrict__ __0_m;\n    bool * __restrict__ __0_n;\n};\n")
 
 
 def test_state_pointers_are_read_through_restricted_locals():
     code = (STATE + "void helper(p_state_t *__state) { __state->__0_d[0] = 1; }\n"
             + SIGNATURE + "{\n{ for (int i = 0; i < n; ++i) __state->__0_a[i] = "
             "__state->__0_b[i] + x[i]; }\n{ int* p = &__state->__0_a[0]; (void)p; }\n"
-            "{ __state->__0_c = 0; __state->__0_d[1] = 2; }\n}\n"
+            "{ __state->__0_c = 0; __state->__0_d[1] = 2; }\n"
+            "{ for (int i = 0; i < n; ++i) __state->__0_m[i] = !__state->__0_m[i]; }\n"
+            "{ bool* q = &__state->__0_n[0]; __state->__0_n[1] = q[0]; }\n}\n"
             "DACE_EXPORTED p_state_t *__dace_init_p(int n)\n{\n"
             "    auto __state = new p_state_t;\n    __state->__0_a = new float[n];\n"
             "    return __state;\n}\n")
@@ -95,6 +98,12 @@ def test_state_pointers_are_read_through_restricted_locals():
     assert "double * __restrict__ const __h2d___0_b = __state->__0_b;" in body
     assert "__h2d___0_a[i] = __h2d___0_b[i] + x[i]" in body
     assert "&__h2d___0_a[0]" in body  # an element's address is the local's
+    # a bool array only indexed is read and written as bytes (GCC vectorises those)
+    assert ("uint8_t * __restrict__ const __h2d___0_m = reinterpret_cast<uint8_t *>"
+            "(__state->__0_m);") in body
+    assert "__h2d___0_m[i] = !__h2d___0_m[i]" in body
+    # one whose element's address is taken keeps its type, as the pointer it fills
+    assert "bool * __restrict__ const __h2d___0_n = __state->__0_n;" in body
     # assigned in the function, or reached by another function: left as they are
     assert "__state->__0_c = 0" in body and "__state->__0_d[1] = 2" in body
     assert "__h2d___0_c" not in body and "__h2d___0_d" not in body

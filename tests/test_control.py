@@ -536,3 +536,29 @@ def test_update_in_place_outside_loops_after_other_reads():
         return u.at[4:7].set(later * 2), v, total
 
     assert_matches_jax(f, x, ulp=4)  # sin/cos: libmvec against XLA's, a few units apart
+
+
+@pytest.mark.parametrize("dtype", [np.complex64, np.complex128], ids=str)
+def test_a_loop_that_selects_by_a_carried_mask(dtype):
+    """Mandelbrot's iteration: complex values, counts and a mask carried, each updated by a
+    select. Its fused loop reads and writes seven arrays, which in an OpenMP region needs
+    more run-time overlap checks than GCC makes by default to vectorise, and the mask is
+    read as bytes (``cpp_split._local``)."""
+    rng = np.random.default_rng(0)
+    c = (rng.uniform(-2, 0.5, 4096) + 1j * rng.uniform(-1.25, 1.25, 4096)).astype(dtype)
+
+    def mandelbrot(c):
+        def body(i, state):
+            z, count, last, inside = state
+            z = z * z + c
+            escaped = (jnp.abs(z) > 2) & inside
+            count = jnp.where(escaped, i + 1, count)
+            last = jnp.where(escaped, z, last)
+            inside = inside & ~escaped
+            return jnp.where(inside, z, 0), count, last, inside
+
+        start = (jnp.zeros_like(c), jnp.zeros(c.shape, jnp.int32), jnp.zeros_like(c),
+                 jnp.ones(c.shape, bool))
+        return lax.fori_loop(0, 30, body, start)
+
+    assert_matches_jax(mandelbrot, c)

@@ -332,9 +332,18 @@ template <int Bits, typename T> inline T wrap(T x) {
 // lowering (the textbook product; Smith's division with its special cases), in which LLVM
 // contracts a product feeding an addition into an fma.
 namespace cx {
+// A complex number made of its parts, written as the two floats the standard lets a
+// std::complex be read as: GCC 12 does not vectorise a loop that stores a complex number
+// built of two fma results (mandelbrot's z * z + c), and does when the parts are written.
+template <typename R> inline std::complex<R> of_parts(R re, R im) {
+    std::complex<R> z;
+    reinterpret_cast<R*>(&z)[0] = re;
+    reinterpret_cast<R*>(&z)[1] = im;
+    return z;
+}
 template <typename R> inline std::complex<R> mul(std::complex<R> x, std::complex<R> y) {
     R a = x.real(), b = x.imag(), c = y.real(), d = y.imag();
-    return {std::fma(a, c, -(b * d)), std::fma(b, c, a * d)};
+    return of_parts(std::fma(a, c, -(b * d)), std::fma(b, c, a * d));
 }
 template <typename R> inline std::complex<R> div(std::complex<R> x, std::complex<R> y) {
     const R inf = std::numeric_limits<R>::infinity(), zero = 0, one = 1;
@@ -1409,7 +1418,16 @@ template <typename T> inline T exp_logistic(T a) {
 template <typename T> inline bool is_finite(T a) { return std::isfinite(a); }
 // select: by bits for floats, so that loops computing both sides with calls vectorise
 template <typename T> inline T select(bool c, T a, T b) {
-    if constexpr (std::is_floating_point_v<T>) return blend(c, a, b); else return c ? a : b;
+    if constexpr (std::is_floating_point_v<T>) return blend(c, a, b);
+    // by parts: GCC does not vectorise a loop that picks whole complex numbers
+    else if constexpr (is_complex<T>)
+        return cx::of_parts(blend(c, a.real(), b.real()), blend(c, a.imag(), b.imag()));
+    else if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+        // by bits too: a `?:` keeps a loop with a loop-invariant operand scalar
+        using U = std::make_unsigned_t<T>;
+        const U mask = U(0) - U(c);
+        return T((U(a) & mask) | (U(b) & U(~mask)));
+    } else return c ? a : b;
 }
 
 // A sum of products starting from +0.0, as XLA's are, is never -0.0; OpenBLAS's AVX-512

@@ -114,7 +114,8 @@ def _accumulate(b: Builder, op: ir.Op, label: str, reads: Reads, loops: Sequence
     which vectorises, and then folded. With lanes, into ``LANES`` accumulators, element
     ``t`` of a block into lane ``t % LANES``, which vectorises too (the spec leaves the
     order of a reduction to the implementation, and XLA reorders sums as well); the lanes
-    are folded into the init value at the end. Other bodies (argmax) fold in order."""
+    are folded into the init value at the end, in halves where the order changes no bits
+    (``_order_free``). Other bodies (argmax) fold in order."""
     arrays, computed, expressions = reads
     elements, results, inputs, body = _fold(b, op, targets, starts, read_types)
     code = Writer()
@@ -155,7 +156,18 @@ def _accumulate(b: Builder, op: ir.Op, label: str, reads: Reads, loops: Sequence
                                   f"const {elements[0].compute} __x0 = __block0[{at}];")
                         code.lines(body)
                         code.line("__lanes[__l] = __acc0;")
-        if identity is not None:
+        if identity is not None and _order_free(op):
+            # the lanes folded in halves, a vector operation each, not one after another
+            # (the max of a row of 128 floats spent more time here than in its loop)
+            with code.block(f"for (int __w = {LANES // 2}; __w > 0; __w /= 2) "
+                            "for (int __l = 0; __l < __w; ++__l)"):
+                code.line(f"{results[0].compute} __acc0 = __lanes[__l];",
+                          f"const {results[0].compute} __x0 = __lanes[__l + __w];")
+                code.lines(body)
+                code.line("__lanes[__l] = __acc0;")
+            code.line(f"const {results[0].compute} __x0 = __lanes[0];")
+            code.lines(body)
+        elif identity is not None:
             with code.block(f"for (int __l = 0; __l < {LANES}; ++__l)"):
                 code.line(f"const {results[0].compute} __x0 = __lanes[__l];")
                 code.lines(body)
@@ -229,6 +241,17 @@ def _identity(op: ir.Op) -> object | None:
         return None
     identity = registry.record(reducer.name).identity
     return None if identity is None else identity(dtypes.of(op.results[0].type))
+
+
+def _order_free(op: ir.Op) -> bool:
+    """Whether ``op``'s partial results give the same bits folded in any order: a body of
+    integers or booleans, or a maximum or minimum (float sums and products round
+    differently, and keep the order they have always had)."""
+    reducer = _reducer(op)
+    element = dtypes.of(op.results[0].type)
+    return reducer is not None and (
+        reducer.name in ("stablehlo.maximum", "stablehlo.minimum")
+        or not (element.is_float or element.is_complex))
 
 
 def _reduce_shape(inference, op, operands, shapes, knowns, env):
