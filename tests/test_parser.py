@@ -864,3 +864,21 @@ def test_calls_are_inlined_with_names_of_their_own():
     defined = set(defined) | {a.name for a in inlined.main.arguments}
     assert all(v.name in defined for op in ops for v in op.operands), "no dangling reads"
     assert sum(op.name == "stablehlo.select" for op in ops) == 4
+
+
+def test_a_function_that_calls_itself_is_refused_where_it_calls():
+    from hlo2dace.errors import UnsupportedError
+    from hlo2dace.frontend.normalize import normalize
+
+    text = """
+func.func @main(%x: tensor<3xf32>) -> tensor<3xf32> {
+  %0 = func.call @f(%x) : (tensor<3xf32>) -> tensor<3xf32>
+  return %0 : tensor<3xf32>
+}
+func.func private @f(%x: tensor<3xf32>) -> tensor<3xf32> {
+  %0 = func.call @f(%x) : (tensor<3xf32>) -> tensor<3xf32>
+  return %0 : tensor<3xf32>
+}
+"""
+    with pytest.raises(UnsupportedError, match=r"func\.call.*:7:.*recursive call of @f"):
+        inline_calls(parse_module(normalize(text).text))
