@@ -631,3 +631,22 @@ def test_bodies_that_call_functions(dtype):
         # (1-3 f32 ULP): 4 ULP in f32, 1 ULP once rounded to a 16-bit type
         ulp = (4 if element == "f32" else 1) if k == 0 else 0
         assert_arrays_match(want, np.asarray(got), ulp=ulp, where=f"result {k}")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, ml_dtypes.bfloat16],
+                         ids=dtype_id)
+def test_maxima_and_minima_in_lanes_fold_order_keys(dtype):
+    """A maximum or minimum over a long last axis folds the total order keys of its
+    elements (``h2d::order_key``): XLA's bits for rows of normal values, subnormals of
+    both signs, zeros of both signs and infinities, a row of NaN where one is."""
+    rng = np.random.default_rng(7)
+    info = np.finfo(dtype)
+    x = rng.standard_normal((9, 300)).astype(dtype)
+    tiny = np.array(info.smallest_subnormal, dtype)
+    x[1] = tiny * rng.integers(-5, 6, 300)          # subnormals and zeros only
+    x[2] = np.where(rng.random(300) < 0.5, -0.0, 0.0).astype(dtype)
+    x[3], x[4] = -0.0, 0.0
+    x[5, 17], x[6, 299] = np.inf, -np.inf
+    x[7, :150] = -np.inf
+    x[8, 42] = np.nan
+    assert_matches_jax(lambda x: (x.max(1), x.min(1), jnp.max(x[:, ::-1] * 2, 1)), x)

@@ -1445,6 +1445,16 @@ template <typename T> inline auto total_order_key(T a) {
     I i = bit_cast<I>(a);
     return (I)(i ^ ((i >> (sizeof(I) * 8 - 1)) & std::numeric_limits<I>::max()));
 }
+template <typename T, typename I> inline T from_total_order_key(I key) {
+    return bit_cast<T>((I)(key ^ ((key >> (sizeof(I) * 8 - 1)) & std::numeric_limits<I>::max())));
+}
+// A maximum or minimum reduction in lanes folds the total order keys of its elements,
+// flushed first as max_ and min_ flush their results: one integer max or min per element
+// in place of a dozen operations, the same bits for every value but NaN. NaNs are kept
+// apart: the first of each lane, as max_ and min_ keep the first NaN they meet
+// (`kept` if it is a NaN or `x` is not, else `x`).
+template <typename T> inline auto order_key(T a) { return total_order_key(flush(a)); }
+template <typename T> inline T first_nan(T kept, T x) { return blend(kept != kept || x == x, kept, x); }
 
 // ------------------------------------------------------------------ conversion
 // Float to integer as XLA converts: NaN -> 0, out of range saturates.

@@ -115,7 +115,8 @@ def _accumulate(b: Builder, op: ir.Op, label: str, reads: Reads, loops: Sequence
     ``t`` of a block into lane ``t % LANES``, which vectorises too (the spec leaves the
     order of a reduction to the implementation, and XLA reorders sums as well); the lanes
     are folded into the init value at the end, in halves where the order changes no bits
-    (``_order_free``). Other bodies (argmax) fold in order."""
+    (``_order_free``). A maximum or minimum of floats folds order keys in its lanes instead
+    (``_key_fold``). Other bodies (argmax) fold in order."""
     arrays, computed, expressions = reads
     elements, results, inputs, body = _fold(b, op, targets, starts, read_types)
     code = Writer()
@@ -126,7 +127,14 @@ def _accumulate(b: Builder, op: ir.Op, label: str, reads: Reads, loops: Sequence
     if expressions and loops and not guard and (computed or identity is not None):
         innermost = loops[-1]
         code.lines(f"{e.compute} __block{k}[{BLOCK}];" for k, e in enumerate(elements))
-        if identity is not None:
+        pick = _key_fold(op) if identity is not None else None
+        if pick is not None:
+            (result,) = results
+            integer = "int32_t" if result.compute == "float" else "int64_t"
+            code.line(f"{integer} __keys[{LANES}];", f"{result.compute} __nans[{LANES}];",
+                      f"for (int __l = 0; __l < {LANES}; ++__l) {{ __keys[__l] = "
+                      f"h2d::order_key({literal(identity, result)}); __nans[__l] = 0; }}")
+        elif identity is not None:
             (result,) = results
             code.line(f"{result.compute} __lanes[{LANES}];",
                       f"for (int __l = 0; __l < {LANES}; ++__l) __lanes[__l] = "
@@ -152,11 +160,24 @@ def _accumulate(b: Builder, op: ir.Op, label: str, reads: Reads, loops: Sequence
                                     f"for (int __l = 0; __l < {LANES}; ++__l)", "__t + __l"),
                                    ("for (int __l = 0; __t < __count; ++__t, ++__l)", "__t")):
                     with code.block(header):
+                        if pick is not None:
+                            code.line(f"const {result.compute} __x0 = __block0[{at}];",
+                                      f"__keys[__l] = {pick}(__keys[__l], h2d::order_key(__x0));",
+                                      "__nans[__l] = h2d::first_nan(__nans[__l], __x0);")
+                            continue
                         code.line(f"{result.compute} __acc0 = __lanes[__l];",
                                   f"const {elements[0].compute} __x0 = __block0[{at}];")
                         code.lines(body)
                         code.line("__lanes[__l] = __acc0;")
-        if identity is not None and _order_free(op):
+        if pick is not None:
+            with code.block(f"for (int __w = {LANES // 2}; __w > 0; __w /= 2) "
+                            "for (int __l = 0; __l < __w; ++__l)"):
+                code.line(f"__keys[__l] = {pick}(__keys[__l], __keys[__l + __w]);",
+                          "__nans[__l] = h2d::first_nan(__nans[__l], __nans[__l + __w]);")
+            code.line(f"__acc0 = __acc0 != __acc0 ? __acc0 : __nans[0] != __nans[0] ? __nans[0]"
+                      f" : h2d::from_total_order_key<{results[0].compute}>("
+                      f"{pick}(h2d::order_key(__acc0), __keys[0]));")
+        elif identity is not None and _order_free(op):
             # the lanes folded in halves, a vector operation each, not one after another
             # (the max of a row of 128 floats spent more time here than in its loop)
             with code.block(f"for (int __w = {LANES // 2}; __w > 0; __w /= 2) "
@@ -241,6 +262,16 @@ def _identity(op: ir.Op) -> object | None:
         return None
     identity = registry.record(reducer.name).identity
     return None if identity is None else identity(dtypes.of(op.results[0].type))
+
+
+def _key_fold(op: ir.Op) -> str | None:
+    """For a maximum or minimum of floats, the C++ that folds two order keys
+    (``h2d::order_key``): in lanes, such a reduction folds keys, in a third of the time of
+    folding values with ``h2d::max_`` (the row maximum of NPBench's softmax)."""
+    reducer = _reducer(op)
+    if reducer is None or dtypes.of(op.results[0].type).compute not in ("float", "double"):
+        return None
+    return {"stablehlo.maximum": "std::max", "stablehlo.minimum": "std::min"}.get(reducer.name)
 
 
 def _order_free(op: ir.Op) -> bool:
