@@ -1416,7 +1416,7 @@ template <typename T> inline T exp_logistic(T a) {
     if constexpr (is_complex<T>) return cx::exp_mlir(a); else return exp_(a);
 }
 template <typename T> inline bool is_finite(T a) { return std::isfinite(a); }
-// select: by bits for floats, so that loops computing both sides with calls vectorise
+// select: by bits (floats and integers) or by parts (complex), so that loops vectorise
 template <typename T> inline T select(bool c, T a, T b) {
     if constexpr (std::is_floating_point_v<T>) return blend(c, a, b);
     // by parts: GCC does not vectorise a loop that picks whole complex numbers
@@ -1440,13 +1440,16 @@ template <typename R> inline void no_negative_zero_sums(std::complex<R>* sums, i
 
 // ------------------------------------------------------------------ comparison
 // TOTALORDER: -NaN < -Inf < ... < -0 < +0 < ... < +Inf < +NaN, by the sign-magnitude bits.
-template <typename T> inline auto total_order_key(T a) {
-    using I = std::conditional_t<sizeof(T) == 4, int32_t, int64_t>;
-    I i = bit_cast<I>(a);
+// The magnitude bits of a negative value flipped: its own inverse.
+template <typename I> inline I flip_negative(I i) {
     return (I)(i ^ ((i >> (sizeof(I) * 8 - 1)) & std::numeric_limits<I>::max()));
 }
+template <typename T> inline auto total_order_key(T a) {
+    using I = std::conditional_t<sizeof(T) == 4, int32_t, int64_t>;
+    return flip_negative(bit_cast<I>(a));
+}
 template <typename T, typename I> inline T from_total_order_key(I key) {
-    return bit_cast<T>((I)(key ^ ((key >> (sizeof(I) * 8 - 1)) & std::numeric_limits<I>::max())));
+    return bit_cast<T>(flip_negative(key));
 }
 // A maximum or minimum reduction in lanes folds the total order keys of its elements,
 // flushed first as max_ and min_ flush their results: one integer max or min per element
