@@ -14,7 +14,10 @@ pointers: results are the same bits.
 A body is split only when every statement at its top level is a brace block: a local
 variable declared outside a block (a symbol set between states, an array sized at run
 time) would be needed by more than one part, and a ``goto`` cannot leave a function.
-Anything else stays one file. The prelude is header-only C++ (inline functions and
+Anything else stays one file. A block that repeats, on other arrays, the code of one before
+it (Python unrolls a model's layers, so a 12-layer transformer's step holds each of its 73
+distinct loops a dozen times) becomes a function compiled once, which each occurrence
+calls (``_Sharing``). The prelude is header-only C++ (inline functions and
 variables, templates), so it may be compiled into every part; the parts are hidden symbols
 of the library, so two programs loaded in one process never call each other's parts.
 
@@ -55,16 +58,18 @@ def program_files(code: str, program: str, parts: int | None = None) -> Split:
     """``code`` (DaCe's file for the program named ``program``) split as ``split`` does
     where it can, each function's state pointers restricted (``restrict_state_pointers``)."""
     cut = split(code, program, parts)
-    if cut is None:
-        return Split(restrict_state_pointers(code, [f"__program_{program}_internal"]), ())
+    if cut is None or not cut.parts:
+        whole = code if cut is None else cut.main
+        return Split(restrict_state_pointers(whole, [f"__program_{program}_internal"]), ())
     return Split(cut.main, tuple(restrict_state_pointers(part, [f"__h2d_part{k}_{program}"])
                                  for k, part in enumerate(cut.parts)))
 
 
 def split(code: str, program: str, parts: int | None = None) -> Split | None:
     """``code`` (DaCe's file for the program named ``program``) as a main file and
-    ``parts`` part files (default: by size, ``MIN_PART_CHARS`` each, at most ``MAX_PARTS``);
-    None where it stays one file."""
+    ``parts`` part files (default: by size, ``MIN_PART_CHARS`` each, at most ``MAX_PARTS``),
+    its repeated blocks compiled once (``_Sharing``); None where it stays one file as
+    DaCe wrote it."""
     function = f"__program_{program}_internal"
     start = code.find(f"void {function}(")
     if start < 0:
@@ -80,50 +85,194 @@ def split(code: str, program: str, parts: int | None = None) -> Split | None:
     blocks = tokens.units(body_open + 1, body_close)
     if blocks is None:
         return None
-    size = sum(end - begin for begin, end in blocks)
-    count = parts or min(MAX_PARTS, size // MIN_PART_CHARS)
-    count = min(count, len(blocks))
-    if count < 2:
-        return None
     parameters = code[tokens.positions[0] + 1:tokens.positions[close_paren]]
-    names = _parameter_names(parameters)
-    if names is None:
+    declared = _parameters(parameters)
+    if declared is None:
         return None
+    names = list(declared)
+    sharing = _Sharing(code, blocks, _state_fields(code), declared, program)
+    sizes = [len(statement) + len(sharing.defined.get(k, ""))
+             for k, statement in enumerate(sharing.statements)]
+    count = parts or min(MAX_PARTS, sum(sizes) // MIN_PART_CHARS)
+    count = min(count, len(blocks))
     prelude, epilogue = code[:start], code[tokens.positions[body_close] + 1:]
-    groups = _groups(blocks, size, count)
+    if count < 2:
+        if not sharing.functions:
+            return None
+        return Split(f"{prelude}{sharing.declarations}"
+                     + "".join(sharing.defined.values())
+                     + f"void {function}({parameters})\n{{\n"
+                     + "\n".join(sharing.statements) + "\n}" + epilogue, ())
     declarations, calls, files = [], [], []
-    for k, group in enumerate(groups):
+    for k, group in enumerate(_groups(sizes, count)):
         name = f"__h2d_part{k}_{program}"
         signature = f'__attribute__((visibility("hidden"))) void {name}({parameters})'
         declarations.append(f"{signature};")
         calls.append(f"    {name}({', '.join(names)});")
-        statements = "\n".join(code[begin:end] for begin, end in group)
-        files.append(f"{prelude}{signature}\n{{\n{statements}\n}}\n")
+        definitions = "".join(sharing.defined.get(b, "") for b in group)
+        statements = "\n".join(sharing.statements[b] for b in group)
+        files.append(f"{prelude}{sharing.declarations}{definitions}{signature}\n{{\n"
+                     f"{statements}\n}}\n")
     main = (f"{prelude}" + "\n".join(declarations) + f"\n\nvoid {function}({parameters})\n"
             "{\n" + "\n".join(calls) + "\n}" + epilogue)
     return Split(main, tuple(files))
 
 
-def _groups(blocks: list[tuple[int, int]], size: int, count: int
-            ) -> list[list[tuple[int, int]]]:
-    """``blocks`` in ``count`` consecutive groups of about ``size / count`` characters."""
-    groups: list[list[tuple[int, int]]] = [[]]
+def _groups(sizes: list[int], count: int) -> list[list[int]]:
+    """The indices of ``sizes`` in ``count`` consecutive groups of about equal sums."""
+    total = sum(sizes)
+    groups: list[list[int]] = [[]]
     done = 0
-    for begin, end in blocks:
-        if groups[-1] and len(groups) < count and done >= size * len(groups) / count:
+    for index, size in enumerate(sizes):
+        if groups[-1] and len(groups) < count and done >= total * len(groups) / count:
             groups.append([])
-        groups[-1].append((begin, end))
-        done += end - begin
+        groups[-1].append(index)
+        done += size
     return groups
+
+
+#: a block of at least this many characters that occurs more than once is compiled once
+MIN_SHARED_CHARS = 400
+
+
+class _Sharing:
+    """The program's blocks, each one that occurs more than once (a layer of a model that
+    Python unrolled repeats the code of the one before, on other arrays) compiled once as a
+    function that every occurrence calls with its arrays.
+
+    Two blocks are the same code when their texts are equal after the state's fields and
+    the program's parameters they reach are named by the order they first appear in, with
+    the same types, and the locals they declare likewise (comments aside). A block that
+    reaches the state otherwise, or returns, jumps or keeps a static local, stays as it is.
+    The function's parameters are restricted pointers, which is what the fields and the
+    program's parameters already promise; a ``bool`` array it only indexes it reads as
+    bytes, as ``restrict_state_pointers`` does for the state's fields. The function is never
+    inlined: its code is compiled once. Its statements are the block's, but GCC inlines and
+    vectorises more in small functions than in one large one: a loop of a transcendental
+    function it vectorises calls libmvec, whose results differ from libm's within its ULP
+    bounds."""
+
+    def __init__(self, code: str, blocks: list[tuple[int, int]], fields: dict[str, str],
+                 parameters: dict[str, str], program: str):
+        self.statements = [code[begin:end] for begin, end in blocks]
+        #: the definition of each function, by the index of the block it is placed before
+        self.defined: dict[int, str] = {}
+        self.functions: list[str] = []
+        declarations: list[str] = []
+        seen: dict[tuple, list] = {}
+        for index, text in enumerate(self.statements):
+            if len(text) < MIN_SHARED_CHARS:
+                continue
+            found = _canonical(text, fields, parameters)
+            if found is None:
+                continue
+            key, free = found
+            seen.setdefault(key, []).append((index, free))
+        for occurrences in seen.values():
+            if len(occurrences) < 2:
+                continue
+            name = f"__h2d_shared{len(self.functions)}_{program}"
+            first, free = occurrences[0]
+            signature, body = _shared_function(name, self.statements[first], free, fields,
+                                               parameters)
+            declarations.append(f"{signature};\n")
+            self.defined[first] = f"{signature}\n{body}\n"
+            self.functions.append(name)
+            for index, names in occurrences:
+                arguments = ", ".join(f"__state->{n}" if kind == "field" else n
+                                      for kind, n in names)
+                self.statements[index] = f"    {name}({arguments});"
+        self.declarations = "".join(declarations)
+
+
+def _canonical(text: str, fields: dict[str, str], parameters: dict[str, str]
+               ) -> tuple[tuple, list[tuple[str, str]]] | None:
+    """``text`` (a block) with the state's fields, the program's parameters and its own
+    locals named by the order they first appear in, and the types of the first two; with
+    the fields and parameters it reaches in that order. None where it cannot be shared."""
+    declared = set(_DECLARED.findall(text))
+    names: dict[tuple[str, str], str] = {}
+    pieces, done = [], 0
+    for word in _WORD.finditer(text):
+        kind = word.lastgroup
+        if kind == "comment":
+            pieces.append(text[done:word.start()])
+            done = word.end()
+            continue
+        if kind == "kept":
+            continue
+        if kind == "field":
+            key = ("field", word.group("field"))
+            if key[1] not in fields:
+                return None
+        elif word.group("name") in _UNSHAREABLE:
+            return None
+        elif word.group("name") in parameters:
+            key = ("parameter", word.group("name"))
+        elif word.group("name") in declared:
+            key = ("local", word.group("name"))
+        else:
+            continue
+        pieces += [text[done:word.start()], names.setdefault(key, f"@{len(names)}@")]
+        done = word.end()
+    pieces.append(text[done:])
+    free = [key for key in names if key[0] != "local"]
+    types = tuple(_pointee(fields[n] if kind == "field" else parameters[n]) for kind, n in free)
+    return ("".join(pieces), types), free
+
+
+def _pointee(declared: str) -> str:
+    """A parameter's or field's type as a shared function takes it: restricted or not,
+    an array is the same."""
+    return " ".join(declared.replace("__restrict__", " ").replace("*", " * ").split())
+
+
+def _shared_function(name: str, text: str, free: list[tuple[str, str]],
+                     fields: dict[str, str], parameters: dict[str, str]) -> tuple[str, str]:
+    """The signature and body of the function ``name`` that runs the block ``text`` on
+    the arrays and values ``free`` (its fields and parameters, in order) it is given."""
+    renamed = {key: f"__h2d_p{k}" for k, key in enumerate(free)}
+
+    def rename(word):
+        kind = word.lastgroup
+        key = (("field", word.group("field")) if kind == "field"
+               else ("parameter", word.group("name")) if kind == "name" else None)
+        return renamed.get(key, word.group(0))
+
+    body = _WORD.sub(rename, text)
+    declarations, locals_ = [], []
+    for (kind, original), local in renamed.items():
+        declared = _pointee(fields[original] if kind == "field" else parameters[original])
+        if not declared.endswith("*"):
+            declarations.append(f"{declared} {local}")  # a symbol's value
+            continue
+        declarations.append(f"{declared} {local}_field")
+        locals_.append(_local(local, declared, f"{local}_field", body, rf"\b{local}\b"))
+    signature = (f'__attribute__((visibility("hidden"), noinline)) void {name}('
+                 + ", ".join(declarations) + ")")
+    return signature, "{" + "".join(locals_) + "\n" + body + "\n}"
+
+
+#: what a block's text is read as when looking for its names: comments (left out of its
+#: key), literals and members (kept as they are), the state's fields, and other names
+_WORD = re.compile(r"(?P<comment>//[^\n]*|/\*.*?\*/)"
+                   r"""|(?P<kept>"(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])*'"""
+                   r"|(?:\.|->|::)\s*[A-Za-z_]\w*)"
+                   r"|__state->(?P<field>\w+)\b|(?<![\w.])(?P<name>[A-Za-z_]\w*)", re.S)
+#: a local's declaration as DaCe writes it, a statement of its own: a type, the name
+_DECLARED = re.compile(r"^\s*(?!(?:else|return|delete|throw|case|goto|do|new)\b)"
+                      r"(?:const\s+)?[\w:<>]+(?:\s*\*)?\s+(?:__restrict__\s+)?"
+                      r"(?:const\s+)?(\w+)\s*(?:[;=\[])", re.M)
+#: what a block that moves into a function of its own may not hold
+_UNSHAREABLE = frozenset({"__state", "return", "goto", "static"})
 
 
 def restrict_state_pointers(code: str, functions: list[str]) -> str:
     """``code`` with the state's array pointers that ``functions`` (names defined in
     ``code``) use read through ``const __restrict__`` locals of each function."""
-    struct = _STATE_STRUCT.search(code)
-    if struct is None:
+    fields = _state_fields(code)
+    if not fields:
         return code
-    fields = {name: pointer for pointer, name in _STATE_FIELD.findall(struct.group(1))}
     spans = _bodies(code)
     bodies = sorted(spans[f] for f in functions if f in spans)
     # DaCe's allocation and release of the arrays
@@ -142,7 +291,8 @@ def restrict_state_pointers(code: str, functions: list[str]) -> str:
         body = code[begin:end]
         used = [name for name in fields if name in restricted and f"__state->{name}" in body]
         if used:
-            declarations = "".join(_local(name, fields[name], body) for name in used)
+            declarations = "".join(_local(f"__h2d_{name}", fields[name], f"__state->{name}",
+                                          body, rf"__state->{name}\b") for name in used)
             body = re.sub(r"__state->(\w+)\b", lambda m: f"__h2d_{m.group(1)}"
                           if m.group(1) in restricted else m.group(0), body)
             body = declarations + body
@@ -151,19 +301,28 @@ def restrict_state_pointers(code: str, functions: list[str]) -> str:
     return "".join(rewritten) + code[done:]
 
 
-def _local(name: str, pointer: str, body: str) -> str:
-    """The restricted local through which ``body`` reaches the state's field ``name``: of
-    the field's type, or for an array of ``bool`` that ``body`` only indexes, a pointer to
-    its bytes. GCC 12 vectorises no loop that reads a ``bool`` array into a mask beside
-    wider elements (a select of doubles or complex numbers by a carried mask), and does
-    when the bytes are read (``uint8_t``; a ``bool`` holds 0 or 1, and a byte may alias
-    anything)."""
-    uses = list(re.finditer(rf"__state->{name}\b", body))
+def _local(local: str, pointer: str, source: str, body: str, use: str) -> str:
+    """The restricted local ``local`` through which ``body`` reaches the array ``source``
+    (the regular expression ``use`` finds its uses): of the array's type, or for an array of
+    ``bool`` that ``body`` only indexes, a pointer to its bytes. GCC 12 vectorises no loop
+    that reads a ``bool`` array into a mask beside wider elements (a select of doubles or
+    complex numbers by a carried mask), and does when the bytes are read (``uint8_t``; a
+    ``bool`` holds 0 or 1, and a byte may alias anything)."""
+    uses = list(re.finditer(use, body))
     if _BOOL_POINTER.match(pointer) and all(
-            body.startswith("[", use.end()) and body[use.start() - 1] != "&" for use in uses):
-        return (f"\n    uint8_t * __restrict__ const __h2d_{name} = "
-                f"reinterpret_cast<uint8_t *>(__state->{name});")
-    return f"\n    {pointer} __restrict__ const __h2d_{name} = __state->{name};"
+            body.startswith("[", found.end()) and body[found.start() - 1] != "&"
+            for found in uses):
+        return (f"\n    uint8_t * __restrict__ const {local} = "
+                f"reinterpret_cast<uint8_t *>({source});")
+    return f"\n    {pointer} __restrict__ const {local} = {source};"
+
+
+def _state_fields(code: str) -> dict[str, str]:
+    """The array fields of the state struct in ``code``: name -> pointer type."""
+    struct = _STATE_STRUCT.search(code)
+    if struct is None:
+        return {}
+    return {name: pointer for pointer, name in _STATE_FIELD.findall(struct.group(1))}
 
 
 #: DaCe's state struct, its array fields, the accesses to them, and the functions that
@@ -205,18 +364,19 @@ def _bodies(code: str) -> dict[str, tuple[int, int]]:
 _IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
 
 
-def _parameter_names(parameters: str) -> list[str] | None:
-    """The names of a parameter list's parameters (the last identifier of each), or None
-    where it is not a plain list (templates, function pointers)."""
+def _parameters(parameters: str) -> dict[str, str] | None:
+    """A parameter list's parameters, name -> type (the last identifier of each, and the
+    text before it), or None where it is not a plain list (templates, function
+    pointers)."""
     if any(c in parameters for c in "<>()[]"):
         return None
-    names = []
+    found = {}
     for parameter in parameters.split(","):
-        found = _IDENTIFIER.findall(parameter)
-        if not found:
+        names = list(_IDENTIFIER.finditer(parameter))
+        if not names:
             return None
-        names.append(found[-1])
-    return names
+        found[names[-1].group(0)] = parameter[:names[-1].start()].strip()
+    return found
 
 
 #: comments, string and character literals (skipped), brackets, ``goto``, and runs of

@@ -746,6 +746,8 @@ def _build_in(root: Path, needed: int, sdfg: Any, key: str, arguments: Sequence[
         staging = Path(tempfile.mkdtemp(prefix=f"{key}.", suffix=".tmp", dir=root))
         try:
             sdfg.name = f"h2d_{key[:16]}"
+            # read before the build, which changes the SDFG
+            in_place, parallel = _in_place(sdfg, arguments, results), has_parallel_maps(sdfg)
             signature = _compile(sdfg, staging / "build", cpu_flags)
             # the object files (named after the staging folder) serve no later build
             shutil.rmtree(staging / "build" / "build" / "CMakeFiles", ignore_errors=True)
@@ -753,9 +755,9 @@ def _build_in(root: Path, needed: int, sdfg: Any, key: str, arguments: Sequence[
             meta = {"arguments": [asdict(a) for a in arguments],
                     "results": [asdict(r) for r in results],
                     "symbols": list(symbols), "checks": list(checks),
-                    "in_place": _in_place(sdfg, arguments, results),
+                    "in_place": in_place,
                     "process_values": process_values,
-                    "parallel": has_parallel_maps(sdfg),
+                    "parallel": parallel,
                     "files": {str(path.relative_to(staging)): _digest(path)
                               for path in sorted(staging.rglob("*")) if path.is_file()}}
             meta["checksum"] = _meta_checksum(meta)
@@ -795,9 +797,10 @@ def build_uncached(sdfg: Any, folder: Path, arguments: Sequence[TensorSpec],
     outside the cache, and load it: for programs that write files beside their binary,
     such as the profiler's instrumented builds (DaCe writes their reports into
     ``<folder>/build/perf``, a path it compiles into the code)."""
+    parallel = has_parallel_maps(sdfg)  # before the build, which changes the SDFG
     signature = _compile(sdfg, folder / "build", cpu_flags)
     return Program(compiled_sdfg.load(folder / "build", sdfg=signature), arguments, results,
-                   constants, folder, built=True, parallel=has_parallel_maps(sdfg))
+                   constants, folder, built=True, parallel=parallel)
 
 
 def has_parallel_maps(sdfg: Any) -> bool:

@@ -45,16 +45,16 @@ def validating() -> bool:
 def build(sdfg: Any, folder: Path, parts: int | None = None) -> Any:
     """Generate ``sdfg``'s code into ``folder`` (its build folder), split into ``parts``
     translation units (None: by size, ``cpp_split``) and compile it into a library;
-    returns the SDFG that loads it (``signature_sdfg``). DaCe's settings (flags, build
-    caches) are the caller's."""
+    returns the SDFG that loads it (``signature_sdfg``). Code generation changes ``sdfg``
+    (DaCe fills in types, schedules and storage): the caller gives it up. DaCe's settings
+    (flags, build caches) are the caller's."""
     from dace.codegen import codegen, compiler
 
     if validating():
         with stage("validate"):
             sdfg.validate()
     with stage("code generation") as generation:
-        # code generation changes the SDFG (types, schedules): the caller's stays as it was
-        program = copy.deepcopy(sdfg)
+        program = sdfg
         program.build_folder = str(folder)
         program.fill_scope_connectors()
         objects = codegen.generate_code(program, validate=False)
@@ -94,7 +94,8 @@ def signature_sdfg(sdfg: Any, code: str) -> Any:
     start = signature.add_state("arguments", is_start_block=True)
     # the symbols the program's code reads are its scalar arguments: a condition that
     # reads them makes them read here too
-    used = sorted(sdfg.used_symbols(all_symbols=False) & set(sdfg.symbols))
+    used = sorted(sdfg.used_symbols(all_symbols=False) & set(sdfg.symbols)) \
+        if sdfg.symbols else []
     if used:
         signature.add_edge(start, signature.add_state("end"), dace.InterstateEdge(
             " and ".join(f"({name} == {name})" for name in used)))

@@ -168,3 +168,107 @@ def test_the_cache_keeps_the_signature_of_the_program(private_cache):
     program = runtime.lookup(compiled.program.folder.name)
     assert program is not compiled.program
     assert [r.tobytes() for r in program(x)] == expected
+
+
+SHARED_STATE = ("struct p_state_t {\n    float * __restrict__ __0_a;\n"
+                "    float * __restrict__ __0_b;\n    double * __restrict__ __0_c;\n"
+                "    double * __restrict__ __0_d;\n    bool * __restrict__ __0_m;\n"
+                "    bool * __restrict__ __0_n;\n};\n")
+
+
+def layer(source: str, target: str, local: str, note: str = "") -> str:
+    """A block of more than ``MIN_SHARED_CHARS`` that reads ``source`` into ``target``
+    through a register named ``local``."""
+    steps = "\n".join(f"        {local} = {local} * 0.5f + {k}.0f;  // {note}"
+                      for k in range(40))
+    return (f"{{\n    for (int i = 0; i < n; ++i) {{\n        float {local};\n"
+            f"        {local} = {source}[i];\n{steps}\n        {target}[i] = {local};\n"
+            "    }\n}")
+
+
+def test_a_block_that_repeats_on_other_arrays_is_compiled_once():
+    blocks = [layer("x", "__state->__0_a", "s_1_2", "line 3"),
+              layer("__state->__0_a", "__state->__0_b", "s_7_9", "line 8"),  # the same code
+              layer("__state->__0_c", "__state->__0_d", "s_5_1"),  # the same text, doubles
+              layer("__state->__0_d", "__state->__0_c", "s_6_1"),
+              layer("__state->__0_a", "__state->__0_a", "s_3_3"),  # one array, not two
+              layer("x", "x", "s_4_4"),  # a parameter or a field: an array either way
+              "{ x[0] = 1.0f; }", "{ x[1] = 1.0f; }"]  # too small to share
+    code = SHARED_STATE + program("\n".join(blocks))[len(PRELUDE):]
+    split = cpp_split.split(code, "p", parts=1)
+    assert split is not None and split.parts == ()
+    main = split.main
+    for k in range(3):
+        assert main.count(f"void __h2d_shared{k}_p(") == 2  # declared, defined
+    assert "__h2d_shared3_p" not in main
+    body = main[main.index(SIGNATURE):]
+    calls = ["__h2d_shared0_p(n, x, __state->__0_a);",
+             "__h2d_shared0_p(n, __state->__0_a, __state->__0_b);",
+             "__h2d_shared1_p(n, __state->__0_c, __state->__0_d);",
+             "__h2d_shared1_p(n, __state->__0_d, __state->__0_c);",
+             "__h2d_shared2_p(n, __state->__0_a);", "__h2d_shared2_p(n, x);",
+             "x[0] = 1.0f;", "x[1] = 1.0f;"]
+    order = [body.index(call) for call in calls]
+    assert order == sorted(order)
+    # a symbol's value is passed as it is; every array becomes a restricted local
+    assert ("void __h2d_shared0_p(int __h2d_p0, float * __h2d_p1_field, "
+            "float * __h2d_p2_field)") in main
+    assert "float * __restrict__ const __h2d_p2 = __h2d_p2_field;" in main
+    assert ("void __h2d_shared1_p(int __h2d_p0, double * __h2d_p1_field, "
+            "double * __h2d_p2_field)") in main
+    # the program's own function reads the fields through its restricted locals
+    restricted = cpp_split.program_files(code, "p", parts=1).main
+    assert "__h2d_shared0_p(n, __h2d___0_a, __h2d___0_b);" in restricted
+
+
+@pytest.mark.parametrize("block", [
+    "{ float* p = (float*)__state; p[0] = 1; }",   # the state itself
+    "{ if (n > 3) return; }",                      # leaves the program's function
+    "{ static int calls = 0; ++calls; }",           # one counter for every occurrence
+    "{ __state->__0_e[0] = 1; }",                  # not one of the state's arrays
+])
+def test_blocks_that_cannot_move_into_a_function_stay(block):
+    padded = block[:-1] + " /*" + "." * cpp_split.MIN_SHARED_CHARS + "*/ }"
+    code = SHARED_STATE + program("\n".join([padded, padded]))[len(PRELUDE):]
+    assert cpp_split.split(code, "p", parts=1) is None
+
+
+def test_a_shared_block_reads_bool_arrays_it_only_indexes_as_bytes():
+    block = ("{ for (int i = 0; i < n; ++i) { x[i] = __state->__0_m[i] ? 1.0f : x[i]; "
+             "__state->__0_n[i] = !__state->__0_m[i]; } /*" + "." * 400 + "*/ }")
+    other = block.replace("__0_m", "__0_q").replace("__0_n", "__0_m").replace("__0_q", "__0_n")
+    code = SHARED_STATE + program(f"{block}\n{other}")[len(PRELUDE):]
+    main = cpp_split.split(code, "p", parts=1).main
+    assert ("uint8_t * __restrict__ const __h2d_p2 = reinterpret_cast<uint8_t *>"
+            "(__h2d_p2_field);") in main
+    assert "__h2d_shared0_p(n, x, __state->__0_n, __state->__0_m);" in main
+
+
+def test_repeated_layers_compute_the_same_bits_compiled_once(private_cache, monkeypatch):
+    """A model whose Python loop repeats a layer: the layers' code is compiled once, and
+    gives the bits of the program compiled with every block in place. (Its operations are
+    exact in vector and scalar code alike: GCC vectorises more loops of the smaller
+    functions, and a vectorised transcendental function is libmvec's, not libm's.)"""
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((16, 64)).astype(np.float32)
+    ws = [rng.standard_normal((64, 64)).astype(np.float32) / 8 for _ in range(4)]
+
+    def model(x, ws):
+        for w in ws:
+            x = x + (x @ w) * jnp.maximum(x, 0)
+            x = x / jnp.sqrt(jnp.mean(x * x, axis=-1, keepdims=True) + 1e-5)
+        return x
+
+    results = {}
+    for shared in (True, False):
+        monkeypatch.setattr(runtime, "_loaded", {})
+        monkeypatch.setenv("HLO2DACE_CACHE_DIR", str(private_cache / str(shared)))
+        monkeypatch.setattr(cpp_split, "MIN_SHARED_CHARS", 400 if shared else 10 ** 9)
+        compiled = hlo2dace.jit(model).lower(x, ws).compile()
+        code = "".join(p.read_text() for p in
+                       (compiled.program.folder / "build" / "src" / "cpu").glob("*.cpp"))
+        assert ("__h2d_shared" in code) == shared
+        results[shared] = np.asarray(compiled(x, *ws))
+    assert results[True].tobytes() == results[False].tobytes()
+    # XLA (Eigen) and OpenBLAS sum the products in other orders
+    assert_arrays_match(jax.jit(model)(x, ws), results[True], rtol=1e-4, atol=1e-6)
