@@ -45,7 +45,7 @@ def translator_fingerprint() -> str:
     package = Path(__file__).resolve().parent
     digest = hashlib.sha256()
     files = sorted([package / "ir.py", package / "runtime.py", package / "sdfg_build.py",
-                    package / "cpp_split.py", GRAMMAR_PATH,
+                    package / "cpp_split.py", package / "sdfg_repeats.py", GRAMMAR_PATH,
                     *(package / "frontend").glob("*.py"), *(package / "translate").glob("*.*")])
     for path in files:
         digest.update(path.read_bytes())

@@ -37,6 +37,7 @@ by a mask read from a ``bool`` array.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 #: a part of the body is at least this many characters of C++ (smaller programs are one
@@ -54,18 +55,59 @@ class Split:
     parts: tuple[str, ...]
 
 
-def program_files(code: str, program: str, parts: int | None = None) -> Split:
+def program_files(code: str, program: str, parts: int | None = None,
+                  functions: Sequence[str] = ()) -> Split:
     """``code`` (DaCe's file for the program named ``program``) split as ``split`` does
-    where it can, each function's state pointers restricted (``restrict_state_pointers``)."""
-    cut = split(code, program, parts)
+    where it can, each function's state pointers restricted (``restrict_state_pointers``),
+    with the definitions ``functions`` (the scopes it calls: ``outlined_functions``)."""
+    cut = split(code, program, parts, functions)
     if cut is None or not cut.parts:
         whole = code if cut is None else cut.main
+        if cut is None and functions:
+            at = whole.find(f"void __program_{program}_internal(")
+            whole = whole[:at] + _declarations(functions) + "".join(functions) + whole[at:]
         return Split(restrict_state_pointers(whole, [f"__program_{program}_internal"]), ())
     return Split(cut.main, tuple(restrict_state_pointers(part, [f"__h2d_part{k}_{program}"])
                                  for k, part in enumerate(cut.parts)))
 
 
-def split(code: str, program: str, parts: int | None = None) -> Split | None:
+def outlined_functions(code: str, library: str, functions: Sequence[tuple[str, list[str]]]
+                       ) -> list[str] | None:
+    """The definitions of ``functions`` (name, parameters) made from the blocks of the
+    function of ``code`` (DaCe's file for the SDFG ``library``, of one map per state:
+    ``sdfg_repeats``), one block each, in order; None where the code is not that."""
+    function = f"__program_{library}_internal"
+    start = code.find(f"void {function}(")
+    if start < 0:
+        return None
+    tokens = _Tokens(code, start + len(f"void {function}"))
+    close_paren = tokens.closing(0)
+    body_open = close_paren + 1
+    if close_paren < 0 or body_open >= len(tokens.kinds) or tokens.kinds[body_open] != "{":
+        return None
+    blocks = tokens.units(body_open + 1, tokens.closing(body_open))
+    declared = _parameters(code[tokens.positions[0] + 1:tokens.positions[close_paren]])
+    if blocks is None or declared is None or len(blocks) != len(functions):
+        return None
+    definitions = []
+    for (begin, end), (name, parameters) in zip(blocks, functions):
+        body = code[begin:end]
+        if re.search(r"\b(__state|return|goto|static)\b", body) or any(
+                p not in declared for p in parameters):
+            return None
+        signature = (f'__attribute__((visibility("hidden"), noinline)) void {name}('
+                     + ", ".join(f"{declared[p]} {p}" for p in parameters) + ")")
+        definitions.append(f"{signature}\n{body}\n")
+    return definitions
+
+
+def _declarations(definitions: Sequence[str]) -> str:
+    """The declarations of the functions whose ``definitions`` are given."""
+    return "".join(d[:d.index("\n")] + ";\n" for d in definitions)
+
+
+def split(code: str, program: str, parts: int | None = None,
+          functions: Sequence[str] = ()) -> Split | None:
     """``code`` (DaCe's file for the program named ``program``) as a main file and
     ``parts`` part files (default: by size, ``MIN_PART_CHARS`` each, at most ``MAX_PARTS``),
     its repeated blocks compiled once (``_Sharing``); None where it stays one file as
@@ -91,29 +133,32 @@ def split(code: str, program: str, parts: int | None = None) -> Split | None:
         return None
     names = list(declared)
     sharing = _Sharing(code, blocks, _state_fields(code), declared, program)
-    sizes = [len(statement) + len(sharing.defined.get(k, ""))
-             for k, statement in enumerate(sharing.statements)]
+    # (definitions, statement) pieces: the functions given, then the body's blocks
+    pieces = [(f, "") for f in functions] + [
+        (sharing.defined.get(k, ""), statement) for k, statement in enumerate(sharing.statements)]
+    sizes = [len(definition) + len(statement) for definition, statement in pieces]
     count = parts or min(MAX_PARTS, sum(sizes) // MIN_PART_CHARS)
     count = min(count, len(blocks))
     prelude, epilogue = code[:start], code[tokens.positions[body_close] + 1:]
+    declarations = _declarations([*functions, *sharing.defined.values()])
     if count < 2:
-        if not sharing.functions:
+        if not (functions or sharing.functions):
             return None
-        return Split(f"{prelude}{sharing.declarations}"
-                     + "".join(sharing.defined.values())
+        return Split(f"{prelude}{declarations}" + "".join(d for d, _ in pieces)
                      + f"void {function}({parameters})\n{{\n"
-                     + "\n".join(sharing.statements) + "\n}" + epilogue, ())
-    declarations, calls, files = [], [], []
+                     + "\n".join(s for _, s in pieces if s) + "\n}" + epilogue, ())
+    part_declarations, calls, files = [], [], []
     for k, group in enumerate(_groups(sizes, count)):
         name = f"__h2d_part{k}_{program}"
         signature = f'__attribute__((visibility("hidden"))) void {name}({parameters})'
-        declarations.append(f"{signature};")
+        part_declarations.append(f"{signature};")
         calls.append(f"    {name}({', '.join(names)});")
-        definitions = "".join(sharing.defined.get(b, "") for b in group)
-        statements = "\n".join(sharing.statements[b] for b in group)
-        files.append(f"{prelude}{sharing.declarations}{definitions}{signature}\n{{\n"
+        definitions = "".join(pieces[b][0] for b in group)
+        statements = "\n".join(pieces[b][1] for b in group if pieces[b][1])
+        files.append(f"{prelude}{declarations}{definitions}{signature}\n{{\n"
                      f"{statements}\n}}\n")
-    main = (f"{prelude}" + "\n".join(declarations) + f"\n\nvoid {function}({parameters})\n"
+    main = (f"{prelude}" + "\n".join(part_declarations)
+            + f"\n\nvoid {function}({parameters})\n"
             "{\n" + "\n".join(calls) + "\n}" + epilogue)
     return Split(main, tuple(files))
 
@@ -158,7 +203,6 @@ class _Sharing:
         #: the definition of each function, by the index of the block it is placed before
         self.defined: dict[int, str] = {}
         self.functions: list[str] = []
-        declarations: list[str] = []
         seen: dict[tuple, list] = {}
         for index, text in enumerate(self.statements):
             if len(text) < MIN_SHARED_CHARS:
@@ -175,14 +219,12 @@ class _Sharing:
             first, free = occurrences[0]
             signature, body = _shared_function(name, self.statements[first], free, fields,
                                                parameters)
-            declarations.append(f"{signature};\n")
             self.defined[first] = f"{signature}\n{body}\n"
             self.functions.append(name)
             for index, names in occurrences:
                 arguments = ", ".join(f"__state->{n}" if kind == "field" else n
                                       for kind, n in names)
                 self.statements[index] = f"    {name}({arguments});"
-        self.declarations = "".join(declarations)
 
 
 def _canonical(text: str, fields: dict[str, str], parameters: dict[str, str]

@@ -25,7 +25,7 @@ import os
 from pathlib import Path
 from typing import Any, Sequence
 
-from . import cpp_split
+from . import cpp_split, sdfg_repeats
 from .errors import CompilationError
 from .progress import stage
 
@@ -57,10 +57,11 @@ def build(sdfg: Any, folder: Path, parts: int | None = None) -> Any:
         program = sdfg
         program.build_folder = str(folder)
         program.fill_scope_connectors()
+        functions = _outline_repeats(program)
         objects = codegen.generate_code(program, validate=False)
         frame = next(o for o in objects if o.title == "Frame")
         signature = signature_sdfg(program, frame.clean_code)
-        split = cpp_split.program_files(frame.clean_code, program.name, parts)
+        split = cpp_split.program_files(frame.clean_code, program.name, parts, functions)
         frame.code = split.main
         for k, code in enumerate(split.parts):
             part = copy.copy(frame)
@@ -76,6 +77,28 @@ def build(sdfg: Any, folder: Path, parts: int | None = None) -> Any:
     with stage("C++ compile"):
         compiler.configure_and_compile(str(folder), program.name)
     return signature
+
+
+def _outline_repeats(sdfg: Any) -> list[str]:
+    """The map scopes of ``sdfg`` that repeat replaced by calls of functions generated
+    once (``sdfg_repeats``); returns the functions' definitions."""
+    from dace.codegen import codegen
+
+    outlined = sdfg_repeats.outline(sdfg)
+    if outlined is None:
+        return []
+    code = next(o for o in codegen.generate_code(outlined.library, validate=False)
+                if o.title == "Frame").clean_code
+    names = [sdfg_repeats.FUNCTION.format(k=k, program=sdfg.name)
+             for k in range(len(outlined.groups))]
+    functions = cpp_split.outlined_functions(code, outlined.library.name,
+                                             list(zip(names, outlined.arguments())))
+    if functions is None:
+        return []  # not the code expected: the scopes stay where they are
+    outlined.replace(sdfg, sdfg.name)
+    if validating():
+        sdfg.validate()
+    return functions
 
 
 def signature_sdfg(sdfg: Any, code: str) -> Any:

@@ -2,6 +2,8 @@
 into translation units gives the same bits as one file, validation runs when asked, and
 the cache keeps the program's signature."""
 
+import re
+
 import dace
 import jax
 import jax.numpy as jnp
@@ -9,7 +11,7 @@ import numpy as np
 import pytest
 
 import hlo2dace
-from hlo2dace import cpp_split, runtime, sdfg_build
+from hlo2dace import cpp_split, runtime, sdfg_build, sdfg_repeats
 
 from util import assert_arrays_match
 
@@ -244,31 +246,69 @@ def test_a_shared_block_reads_bool_arrays_it_only_indexes_as_bytes():
     assert "__h2d_shared0_p(n, x, __state->__0_n, __state->__0_m);" in main
 
 
-def test_repeated_layers_compute_the_same_bits_compiled_once(private_cache, monkeypatch):
-    """A model whose Python loop repeats a layer: the layers' code is compiled once, and
-    gives the bits of the program compiled with every block in place. (Its operations are
-    exact in vector and scalar code alike: GCC vectorises more loops of the smaller
-    functions, and a vectorised transcendental function is libmvec's, not libm's.)"""
+def repeated_layers(x, ws):
+    """A model whose Python loop repeats a layer. Its operations are exact in vector and
+    scalar code alike: GCC vectorises more loops of small functions than of one large
+    one, and a transcendental function it vectorises is libmvec's, not libm's."""
+    for w in ws:
+        x = x + (x @ w) * jnp.maximum(x, 0)
+        x = x / jnp.sqrt(jnp.mean(x * x, axis=-1, keepdims=True) + 1e-5)
+    return x
+
+
+@pytest.mark.parametrize("variant", ["outlined", "shared"])
+def test_repeated_layers_compute_the_same_bits_compiled_once(private_cache, monkeypatch,
+                                                             variant):
+    """The layers' maps are generated once (``sdfg_repeats``), or, where they are not,
+    their C++ blocks are compiled once (``cpp_split._Sharing``): the bits of the program
+    compiled with every map in place."""
     rng = np.random.default_rng(1)
     x = rng.standard_normal((16, 64)).astype(np.float32)
     ws = [rng.standard_normal((64, 64)).astype(np.float32) / 8 for _ in range(4)]
-
-    def model(x, ws):
-        for w in ws:
-            x = x + (x @ w) * jnp.maximum(x, 0)
-            x = x / jnp.sqrt(jnp.mean(x * x, axis=-1, keepdims=True) + 1e-5)
-        return x
-
+    outline = sdfg_repeats.outline
     results = {}
-    for shared in (True, False):
+    for build in (variant, "plain"):
         monkeypatch.setattr(runtime, "_loaded", {})
-        monkeypatch.setenv("HLO2DACE_CACHE_DIR", str(private_cache / str(shared)))
-        monkeypatch.setattr(cpp_split, "MIN_SHARED_CHARS", 400 if shared else 10 ** 9)
-        compiled = hlo2dace.jit(model).lower(x, ws).compile()
+        monkeypatch.setenv("HLO2DACE_CACHE_DIR", str(private_cache / build))
+        monkeypatch.setattr(sdfg_repeats, "outline",
+                            outline if build == "outlined" else lambda sdfg: None)
+        monkeypatch.setattr(cpp_split, "MIN_SHARED_CHARS", 400 if build == "shared" else 10 ** 9)
+        compiled = hlo2dace.jit(repeated_layers).lower(x, ws).compile()
         code = "".join(p.read_text() for p in
                        (compiled.program.folder / "build" / "src" / "cpu").glob("*.cpp"))
-        assert ("__h2d_shared" in code) == shared
-        results[shared] = np.asarray(compiled(x, *ws))
-    assert results[True].tobytes() == results[False].tobytes()
+        function = {"outlined": "__h2d_repeat", "shared": "__h2d_shared"}.get(build)
+        if function is not None:
+            defined = re.findall(rf"noinline\)\) void ({function}\w+)\([^;]*\n{{", code)
+            assert defined and len(defined) == len(set(defined))  # each defined once
+            assert all(code.count(f"{name}(") >= 4 for name in defined)  # called per layer
+        else:
+            assert "__h2d_repeat" not in code and "__h2d_shared" not in code
+        results[build] = np.asarray(compiled(x, *ws))
+    assert results[variant].tobytes() == results["plain"].tobytes()
     # XLA (Eigen) and OpenBLAS sum the products in other orders
-    assert_arrays_match(jax.jit(model)(x, ws), results[True], rtol=1e-4, atol=1e-6)
+    assert_arrays_match(jax.jit(repeated_layers)(x, ws), results[variant], rtol=1e-4,
+                        atol=1e-6)
+
+
+def test_only_scopes_of_the_same_code_on_arrays_of_the_same_layout_are_outlined():
+    """Two layers on 8 x 16 arrays share their maps; a third, the same code on 16 x 8
+    arrays, does not; an SDFG with timers keeps every map."""
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((8, 16)).astype(np.float32)
+    ws = [rng.standard_normal((16, 16)).astype(np.float32) for _ in range(2)]
+    v = rng.standard_normal((8, 8)).astype(np.float32)
+
+    def model(x, ws, v):
+        return repeated_layers(repeated_layers(x, ws).T, [v])
+
+    sdfg = hlo2dace.jit(model).lower(x, ws, v).as_sdfg()
+    outlined = sdfg_repeats.outline(sdfg)
+    assert outlined is not None and outlined.groups
+    for occurrences, arguments in zip(outlined.groups, outlined.arguments()):
+        assert len(occurrences) == 2
+        shapes = {tuple(tuple(sdfg.arrays[name].shape) for name in scope.outer)
+                  for scope in occurrences}
+        assert len(shapes) == 1 and len(arguments) == len(occurrences[0].outer)
+    for state in sdfg.states():
+        state.instrument = dace.InstrumentationType.Timer
+    assert sdfg_repeats.outline(sdfg) is None
