@@ -31,7 +31,7 @@ from .frontend.normalize import NormalizedModule, normalize, specialise
 from .frontend.parser import GRAMMAR_PATH, parse_module
 from .frontend.sink import sink_constants
 from .frontend.xla_rewrites import xla_rewrites
-from .progress import stage
+from .progress import collector_paused, stage
 
 
 @functools.lru_cache(maxsize=1)
@@ -139,20 +139,23 @@ class Lowered:
             program = runtime.lookup(self.key)
             lookup.note = "not found" if program is None else "found"
         if program is None:
-            try:
-                sdfg, arguments, results, constants, signature, process_values = \
-                    self._translate()
-            except symbolic.NeedsSpecialisation as reason:
-                return Compiled(SpecialisingProgram(self, reason), self)
-            symbols = [dataclasses.asdict(s) for s in signature.symbols] if signature else ()
-            checks = [dataclasses.asdict(c) for c in signature.checks] if signature else ()
-            # the build generates code from the SDFG itself, which changes it (DaCe's
-            # defaults filled in), rather than from a copy (1.3 s at 3,000 ops); a later
-            # ``as_sdfg`` translates again
-            self._translation = None
-            with stage("C++ build"):
-                program = runtime.build(sdfg, self.key, arguments, results, constants,
-                                        self.level.cpu_flags, symbols, checks, process_values)
+            with collector_paused():
+                try:
+                    sdfg, arguments, results, constants, signature, process_values = \
+                        self._translate()
+                except symbolic.NeedsSpecialisation as reason:
+                    return Compiled(SpecialisingProgram(self, reason), self)
+                symbols = [dataclasses.asdict(s) for s in signature.symbols] \
+                    if signature else ()
+                checks = [dataclasses.asdict(c) for c in signature.checks] if signature else ()
+                # the build generates code from the SDFG itself, which changes it (DaCe's
+                # defaults filled in), rather than from a copy (1.3 s at 3,000 ops); a later
+                # ``as_sdfg`` translates again
+                self._translation = None
+                with stage("C++ build"):
+                    program = runtime.build(sdfg, self.key, arguments, results, constants,
+                                            self.level.cpu_flags, symbols, checks,
+                                            process_values)
         return Compiled(program, self)
 
     def compile_uncached(self, folder, adjust: Callable[[Any], None]) -> Compiled:

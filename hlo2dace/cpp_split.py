@@ -289,7 +289,8 @@ def _shared_function(name: str, text: str, free: list[tuple[str, str]],
             declarations.append(f"{declared} {local}")  # a symbol's value
             continue
         declarations.append(f"{declared} {local}_field")
-        locals_.append(_local(local, declared, f"{local}_field", body, rf"\b{local}\b"))
+        locals_.append(_local(local, declared, f"{local}_field",
+                              _indexed_only(body, list(re.finditer(rf"\b{local}\b", body)))))
     signature = (f'__attribute__((visibility("hidden"), noinline)) void {name}('
                  + ", ".join(declarations) + ")")
     return signature, "{" + "".join(locals_) + "\n" + body + "\n}"
@@ -315,10 +316,10 @@ def restrict_state_pointers(code: str, functions: list[str]) -> str:
     fields = _state_fields(code)
     if not fields:
         return code
-    spans = _bodies(code)
+    spans = _bodies(code, functions)
     bodies = sorted(spans[f] for f in functions if f in spans)
     # DaCe's allocation and release of the arrays
-    allocation = [span for name, span in spans.items() if _ALLOCATING.match(name)]
+    allocation = [span for name, span in spans.items() if name.startswith("__dace_")]
     elsewhere = set()  # fields assigned, or reached outside the bodies and the allocation
     for access in _STATE_ACCESS.finditer(code):
         at = access.start()
@@ -331,10 +332,13 @@ def restrict_state_pointers(code: str, functions: list[str]) -> str:
     rewritten, done = [], 0
     for begin, end in bodies:
         body = code[begin:end]
-        used = [name for name in fields if name in restricted and f"__state->{name}" in body]
+        uses: dict[str, list] = {}
+        for access in _STATE_ACCESS.finditer(body):
+            uses.setdefault(access.group(1), []).append(access)
+        used = [name for name in fields if name in restricted and name in uses]
         if used:
             declarations = "".join(_local(f"__h2d_{name}", fields[name], f"__state->{name}",
-                                          body, rf"__state->{name}\b") for name in used)
+                                          _indexed_only(body, uses[name])) for name in used)
             body = re.sub(r"__state->(\w+)\b", lambda m: f"__h2d_{m.group(1)}"
                           if m.group(1) in restricted else m.group(0), body)
             body = declarations + body
@@ -343,20 +347,24 @@ def restrict_state_pointers(code: str, functions: list[str]) -> str:
     return "".join(rewritten) + code[done:]
 
 
-def _local(local: str, pointer: str, source: str, body: str, use: str) -> str:
-    """The restricted local ``local`` through which ``body`` reaches the array ``source``
-    (the regular expression ``use`` finds its uses): of the array's type, or for an array of
-    ``bool`` that ``body`` only indexes, a pointer to its bytes. GCC 12 vectorises no loop
-    that reads a ``bool`` array into a mask beside wider elements (a select of doubles or
+def _local(local: str, pointer: str, source: str, indexed_only: bool) -> str:
+    """The restricted local ``local`` through which a function reaches the array
+    ``source``: of the array's type, or for an array of ``bool`` that the function only
+    indexes (``indexed_only``), a pointer to its bytes. GCC 12 vectorises no loop that
+    reads a ``bool`` array into a mask beside wider elements (a select of doubles or
     complex numbers by a carried mask), and does when the bytes are read (``uint8_t``; a
     ``bool`` holds 0 or 1, and a byte may alias anything)."""
-    uses = list(re.finditer(use, body))
-    if _BOOL_POINTER.match(pointer) and all(
-            body.startswith("[", found.end()) and body[found.start() - 1] != "&"
-            for found in uses):
+    if _BOOL_POINTER.match(pointer) and indexed_only:
         return (f"\n    uint8_t * __restrict__ const {local} = "
                 f"reinterpret_cast<uint8_t *>({source});")
     return f"\n    {pointer} __restrict__ const {local} = {source};"
+
+
+def _indexed_only(body: str, uses: list) -> bool:
+    """Whether each of ``uses`` (matches in ``body``) indexes its array, never takes its
+    address or passes it on."""
+    return all(body.startswith("[", use.end()) and body[use.start() - 1] != "&"
+               for use in uses)
 
 
 def _state_fields(code: str) -> dict[str, str]:
@@ -373,33 +381,25 @@ _STATE_STRUCT = re.compile(r"^struct \w+_state_t \{(.*?)^\};", re.S | re.M)
 _STATE_FIELD = re.compile(r"^\s*([\w:<>, ]+?\s*\*)\s*__restrict__\s+(\w+);", re.M)
 _STATE_ACCESS = re.compile(r"__state->(\w+)\b")
 _ASSIGNED = re.compile(r"\s*(?:[-+*/%&|^]|<<|>>)?=(?!=)")
-_ALLOCATING = re.compile(r"__dace_(?:init|exit)_")
-_DEFINITION = re.compile(r"\b(\w+)\s*\($")
 _BOOL_POINTER = re.compile(r"bool\s*\*$")
 
 
-def _bodies(code: str) -> dict[str, tuple[int, int]]:
-    """The functions defined at the top level of ``code``, each with the text positions
-    just inside its body's braces."""
-    tokens = _Tokens(code, 0)
-    found, index = {}, 0
-    while index < len(tokens.kinds):
-        if tokens.kinds[index] not in ("{", "("):
-            index += 1
+def _bodies(code: str, functions: list[str]) -> dict[str, tuple[int, int]]:
+    """The functions ``functions`` and DaCe's allocating ones defined in ``code``, each
+    with the text positions just inside its body's braces."""
+    names = "|".join(map(re.escape, functions))
+    found: dict[str, tuple[int, int]] = {}
+    for name in re.finditer(rf"\b({names}|__dace_(?:init|exit)_\w+)\s*\(", code):
+        if name.group(1) in found:
             continue
-        close = tokens.closing(index)
-        if close < 0:
-            break  # unbalanced: the rest is not read
-        if tokens.kinds[index] == "(" and close + 1 < len(tokens.kinds) \
-                and tokens.kinds[close + 1] == "{":
-            at = tokens.positions[index] + 1
-            name = _DEFINITION.search(code, max(0, at - 256), at)
-            body_close = tokens.closing(close + 1)
-            if name is not None and body_close > 0:
-                found[name.group(1)] = (tokens.positions[close + 1] + 1,
-                                        tokens.positions[body_close])
-                close = body_close
-        index = close + 1
+        tokens = _Tokens(code, name.end() - 1, groups=2)  # the parameters, the body
+        close = tokens.closing(0)
+        if close < 0 or close + 1 >= len(tokens.kinds) or tokens.kinds[close + 1] != "{":
+            continue  # a declaration or a call
+        body_close = tokens.closing(close + 1)
+        if body_close > 0:
+            found[name.group(1)] = (tokens.positions[close + 1] + 1,
+                                    tokens.positions[body_close])
     return found
 
 
@@ -430,9 +430,10 @@ _TOKEN = re.compile(r"""//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])
 
 class _Tokens:
     """The brackets, ``goto``s and other statements' text of ``code`` from ``start``
-    (comments and literals skipped), with the matching of the brackets."""
+    (comments and literals skipped), with the matching of the brackets; the first
+    ``groups`` bracketed groups only, if given."""
 
-    def __init__(self, code: str, start: int):
+    def __init__(self, code: str, start: int, groups: int | None = None):
         self.kinds: list[str] = []
         self.positions: list[int] = []
         self.match: dict[int, int] = {}
@@ -450,6 +451,10 @@ class _Tokens:
                 self.match[stack.pop()] = len(self.kinds)
             self.kinds.append(text)
             self.positions.append(token.start())
+            if groups is not None and not stack and text in "})":
+                groups -= 1
+                if not groups:
+                    break
 
     def closing(self, index: int) -> int:
         """The index of the bracket closing the one at ``index``, -1 if none."""

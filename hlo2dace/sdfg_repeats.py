@@ -103,11 +103,13 @@ class _Scope:
         exit_ = state.exit_node(entry)
         nodes = [entry, *(n for n in children if n is not exit_), exit_]
         index = {id(n): k for k, n in enumerate(nodes)}
+        arrays = sdfg.arrays
         names: dict[str, str] = {}
         connectors: dict[tuple[int, str], str] = {}
         registers = {n.data for n in nodes if isinstance(n, dace.nodes.AccessNode)}
         the_map = entry.map
-        key: list = [("map", tuple(the_map.params), str(the_map.range), str(the_map.schedule),
+        key: list = [("map", tuple(the_map.params), _subset(the_map.range),
+                      str(the_map.schedule),
                       the_map.unroll, the_map.collapse, the_map.omp_num_threads,
                       str(the_map.omp_schedule), the_map.omp_chunk_size)]
         for node in nodes[1:-1]:
@@ -147,11 +149,11 @@ class _Scope:
                 key.append((source, target))
                 continue
             key.append((source, target, names.setdefault(memlet.data, f"d{len(names)}"),
-                        str(memlet.subset), str(memlet.other_subset), str(memlet.wcr),
+                        _subset(memlet.subset), _subset(memlet.other_subset), str(memlet.wcr),
                         memlet.dynamic, memlet.wcr_nonatomic, memlet.allow_oob,
-                        str(memlet.volume)))
+                        memlet.volume))
         for name in names:
-            described = _described(sdfg.arrays[name], name in registers)
+            described = _described(arrays[name], name in registers)
             if described is None:
                 return None
             key.append(described)
@@ -172,6 +174,7 @@ class _Scope:
             descriptor.lifetime = dace.AllocationLifetime.Scope
             library.add_datadesc(argument, descriptor)
         state = library.add_state(f"r{k}", is_start_block=k == 0)
+        state.set_default_lineinfo(dace.dtypes.DebugInfo(0))  # not the stack's (slow)
         if k:
             library.add_edge(library.nodes()[-2], state, dace.InterstateEdge())
         copies = dict(zip(map(id, self.nodes), copy.deepcopy(self.nodes)))
@@ -197,6 +200,7 @@ class _Scope:
         pointers of its arrays."""
         import dace
 
+        arrays = sdfg.arrays
         state, entry, exit_ = self.state, self.nodes[0], self.nodes[-1]
         sources, targets, orderings = {}, {}, []
         for edge in state.in_edges(entry):  # an array read through two nodes: one orders
@@ -208,9 +212,9 @@ class _Scope:
         environments = set()
         for node in self.nodes:
             environments |= set(getattr(node, "environments", ()))
-        inputs = {f"__r{j}": dace.pointer(sdfg.arrays[n].dtype)
+        inputs = {f"__r{j}": dace.pointer(arrays[n].dtype)
                   for j, n in enumerate(self.outer) if n in sources}
-        outputs = {f"__w{j}": dace.pointer(sdfg.arrays[n].dtype)
+        outputs = {f"__w{j}": dace.pointer(arrays[n].dtype)
                    for j, n in enumerate(self.outer) if n in targets}
         arguments = [f"__w{j}" if name in targets else f"__r{j}"
                      for j, name in enumerate(self.outer)]
@@ -218,14 +222,17 @@ class _Scope:
                        for line in n.code.as_string.splitlines()[:1]), "")
         call = state.add_tasklet(f"{entry.map.label}_call", inputs, outputs,
                                  f"{origin}\n{function}({', '.join(arguments)});",
-                                 language=dace.Language.CPP)
+                                 language=dace.Language.CPP,
+                                 debuginfo=entry.map.debuginfo or dace.dtypes.DebugInfo(0))
         call.environments = environments
+        reads = {e.data.data: e.data for e in state.in_edges(entry)}
+        writes = {e.data.data: e.data for e in state.out_edges(exit_)}
         for j, name in enumerate(self.outer):
-            whole = dace.Memlet.from_array(name, sdfg.arrays[name])
             if name in sources:
-                state.add_edge(sources[name], None, call, f"__r{j}", copy.deepcopy(whole))
+                state.add_edge(sources[name], None, call, f"__r{j}",
+                               _whole(reads[name], arrays[name]))
             if name in targets:
-                written = copy.deepcopy(whole)
+                written = _whole(writes[name], arrays[name])
                 written.dynamic = True
                 state.add_edge(call, f"__w{j}", targets[name], None, written)
         for source, target in orderings:
@@ -233,7 +240,7 @@ class _Scope:
         registers = self.registers()
         state.remove_nodes_from(self.nodes)
         for name in registers:
-            if name in sdfg.arrays:
+            if name in arrays:
                 sdfg.remove_data(name, validate=False)
 
     def registers(self) -> list[str]:
@@ -247,6 +254,23 @@ class _Scope:
         for node in self.nodes:
             edges += self.state.out_edges(node)
         return edges
+
+
+def _subset(subset: Any) -> Any:
+    """A subset as a key: its ranges (sympy expressions compare and hash by value)."""
+    return tuple(subset.ranges) if hasattr(subset, "ranges") else str(subset)
+
+
+def _whole(memlet: Any, descriptor: Any) -> Any:
+    """A memlet of the whole array that ``memlet`` (an outer memlet of a scope, which
+    goes with the scope) reaches a part of: a call's connector is the array's base pointer.
+    The memlet itself where its subset begins at the array's first element."""
+    import dace
+
+    ranges = getattr(memlet.subset, "ranges", None)
+    if ranges is not None and all(begin == 0 for begin, _, _ in ranges):
+        return memlet
+    return dace.Memlet.from_array(memlet.data, descriptor)
 
 
 def _described(descriptor: Any, register: bool) -> tuple | None:

@@ -4,6 +4,7 @@ logger with their durations, ``$HLO2DACE_LOG``, and the command line's display o
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import pty
@@ -17,7 +18,7 @@ import numpy as np
 import pytest
 
 import hlo2dace
-from hlo2dace import cli, progress
+from hlo2dace import api, cli, progress
 
 #: the stages of a first compilation, in order (validation: the tests set
 #: $HLO2DACE_VALIDATE), and of one the disk cache serves
@@ -174,3 +175,27 @@ def test_cli_shows_the_stages_on_a_terminal(module_file):
             continue
         assert re.search(rf"hlo2dace: {name} \.\.\.\rhlo2dace: {name}: \d+\.\d\d s",
                          shown.decode()), shown
+
+
+def test_the_collector_is_paused_while_compiling_and_runs_again_after(monkeypatch,
+                                                                      private_cache):
+    states = []
+    real_translate = api.Lowered._translate
+
+    def translate(self):
+        states.append(gc.isenabled())
+        return real_translate(self)
+
+    monkeypatch.setattr(api.Lowered, "_translate", translate)
+    x = np.arange(3.0)
+    with progress.collector_paused():  # nested: one pause
+        hlo2dace.jit(lambda x: x * 7 - 1).lower(x).compile()
+        assert not gc.isenabled()
+    assert states == [False] and gc.isenabled()
+    gc.disable()  # a program that runs without the collector keeps it off
+    try:
+        with progress.collector_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
