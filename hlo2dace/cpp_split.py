@@ -76,29 +76,40 @@ def outlined_functions(code: str, library: str, functions: Sequence[tuple[str, l
     """The definitions of ``functions`` (name, parameters) made from the blocks of the
     function of ``code`` (DaCe's file for the SDFG ``library``, of one map per state:
     ``sdfg_repeats``), one block each, in order; None where the code is not that."""
-    function = f"__program_{library}_internal"
-    start = code.find(f"void {function}(")
-    if start < 0:
+    found = _internal_function(code, library)
+    if found is None:
         return None
-    tokens = _Tokens(code, start + len(f"void {function}"))
-    close_paren = tokens.closing(0)
-    body_open = close_paren + 1
-    if close_paren < 0 or body_open >= len(tokens.kinds) or tokens.kinds[body_open] != "{":
-        return None
-    blocks = tokens.units(body_open + 1, tokens.closing(body_open))
+    _, tokens, close_paren, body_close = found
+    blocks = tokens.units(close_paren + 2, body_close)
     declared = _parameters(code[tokens.positions[0] + 1:tokens.positions[close_paren]])
     if blocks is None or declared is None or len(blocks) != len(functions):
         return None
     definitions = []
     for (begin, end), (name, parameters) in zip(blocks, functions):
         body = code[begin:end]
-        if re.search(r"\b(__state|return|goto|static)\b", body) or any(
-                p not in declared for p in parameters):
+        if _UNSHAREABLE_WORD.search(body) or any(p not in declared for p in parameters):
             return None
         signature = (f'__attribute__((visibility("hidden"), noinline)) void {name}('
                      + ", ".join(f"{declared[p]} {p}" for p in parameters) + ")")
         definitions.append(f"{signature}\n{body}\n")
     return definitions
+
+
+def _internal_function(code: str, program: str) -> tuple[int, _Tokens, int, int] | None:
+    """Where DaCe's function ``__program_<program>_internal`` begins in ``code``, the
+    tokens from its name on, and the indices of the parenthesis closing its parameters and
+    of the brace closing its body; None where it is not there whole."""
+    function = f"void __program_{program}_internal"
+    start = code.find(f"{function}(")
+    if start < 0:
+        return None
+    tokens = _Tokens(code, start + len(function))
+    close_paren = tokens.closing(0)
+    if close_paren < 0 or close_paren + 1 >= len(tokens.kinds) \
+            or tokens.kinds[close_paren + 1] != "{":
+        return None
+    body_close = tokens.closing(close_paren + 1)
+    return None if body_close < 0 else (start, tokens, close_paren, body_close)
 
 
 def _declarations(definitions: Sequence[str]) -> str:
@@ -113,18 +124,13 @@ def split(code: str, program: str, parts: int | None = None,
     its repeated blocks compiled once (``_Sharing``); None where it stays one file as
     DaCe wrote it."""
     function = f"__program_{program}_internal"
-    start = code.find(f"void {function}(")
-    if start < 0:
+    found = _internal_function(code, program)
+    if found is None:
         return None
-    tokens = _Tokens(code, start + len(f"void {function}"))
-    close_paren = tokens.closing(0)
-    body_open = close_paren + 1
-    if close_paren < 0 or body_open >= len(tokens.kinds) or tokens.kinds[body_open] != "{":
+    start, tokens, close_paren, body_close = found
+    if "goto" in tokens.kinds[close_paren + 1:body_close]:
         return None
-    body_close = tokens.closing(body_open)
-    if body_close < 0 or "goto" in tokens.kinds[body_open:body_close]:
-        return None
-    blocks = tokens.units(body_open + 1, body_close)
+    blocks = tokens.units(close_paren + 2, body_close)
     if blocks is None:
         return None
     parameters = code[tokens.positions[0] + 1:tokens.positions[close_paren]]
@@ -308,6 +314,7 @@ _DECLARED = re.compile(r"^\s*(?!(?:else|return|delete|throw|case|goto|do|new)\b)
                       r"(?:const\s+)?(\w+)\s*(?:[;=\[])", re.M)
 #: what a block that moves into a function of its own may not hold
 _UNSHAREABLE = frozenset({"__state", "return", "goto", "static"})
+_UNSHAREABLE_WORD = re.compile(rf"\b({'|'.join(sorted(_UNSHAREABLE))})\b")
 
 
 def restrict_state_pointers(code: str, functions: list[str]) -> str:
