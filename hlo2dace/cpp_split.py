@@ -11,10 +11,12 @@ same parameters in a file of its own (the prelude, then the function), and the b
 the parts in order. The parts run the same statements in the same order on the same
 pointers: results are the same bits.
 
-A body is split only when every statement at its top level is a brace block: a local
-variable declared outside a block (a symbol set between states, an array sized at run
-time) would be needed by more than one part, and a ``goto`` cannot leave a function.
-Anything else stays one file. A block that repeats, on other arrays, the code of one before
+A body is split only when every statement at its top level is a brace block, or a loop or
+conditional of the program's control flow whose bodies are blocks, and where each local
+declared at the top level without a value (a loop's counter) is used by one statement,
+whose part then declares it: a symbol set between states, or an array sized at run time,
+would be needed by more than one part, and a ``goto`` cannot leave a function. Anything
+else stays one file. A block that repeats, on other arrays, the code of one before
 it (Python unrolls a model's layers, so a 12-layer transformer's step holds each of its 73
 distinct loops a dozen times) becomes a function compiled once, which each occurrence
 calls (``_Sharing``). The prelude is header-only C++ (inline functions and
@@ -130,18 +132,26 @@ def split(code: str, program: str, parts: int | None = None,
     start, tokens, close_paren, body_close = found
     if "goto" in tokens.kinds[close_paren + 1:body_close]:
         return None
-    blocks = tokens.units(close_paren + 2, body_close)
-    if blocks is None:
+    found_statements = tokens.statements(code, close_paren + 2, body_close)
+    if found_statements is None:
         return None
+    blocks, locals_ = found_statements
     parameters = code[tokens.positions[0] + 1:tokens.positions[close_paren]]
     declared = _parameters(parameters)
     if declared is None:
         return None
     names = list(declared)
     sharing = _Sharing(code, blocks, _state_fields(code), declared, program)
-    # (definitions, statement) pieces: the functions given, then the body's blocks
+    statements = list(sharing.statements)
+    for name, declaration in locals_:  # each into the one statement that uses it
+        users = [k for k, text in enumerate(statements) if re.search(rf"\b{name}\b", text)]
+        if len(users) > 1:
+            return None  # a value that passes between statements
+        if users:
+            statements[users[0]] = f"    {declaration}\n{statements[users[0]]}"
+    # (definitions, statement) pieces: the functions given, then the body's statements
     pieces = [(f, "") for f in functions] + [
-        (sharing.defined.get(k, ""), statement) for k, statement in enumerate(sharing.statements)]
+        (sharing.defined.get(k, ""), statement) for k, statement in enumerate(statements)]
     sizes = [len(definition) + len(statement) for definition, statement in pieces]
     count = parts or min(MAX_PARTS, sum(sizes) // MIN_PART_CHARS)
     count = min(count, len(blocks))
@@ -211,8 +221,8 @@ class _Sharing:
         self.functions: list[str] = []
         seen: dict[tuple, list] = {}
         for index, text in enumerate(self.statements):
-            if len(text) < MIN_SHARED_CHARS:
-                continue
+            if len(text) < MIN_SHARED_CHARS or not text.startswith("{"):
+                continue  # small, or a loop or a conditional
             found = _canonical(text, fields, parameters)
             if found is None:
                 continue
@@ -435,6 +445,13 @@ _TOKEN = re.compile(r"""//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])
                     re.S)
 
 
+#: a local declared without a value, as DaCe declares a loop's counter; the keywords of
+#: loops and conditionals
+_PLAIN_DECLARATION = re.compile(
+    r"(?!(?:return|goto|else|delete|throw|case|break|continue)\b)[\w:]+\s+(\w+)\s*;")
+_KEYWORD = re.compile(r"(for|while|if)\b")
+
+
 class _Tokens:
     """The brackets, ``goto``s and other statements' text of ``code`` from ``start``
     (comments and literals skipped), with the matching of the brackets; the first
@@ -466,6 +483,66 @@ class _Tokens:
     def closing(self, index: int) -> int:
         """The index of the bracket closing the one at ``index``, -1 if none."""
         return self.match.get(index, -1)
+
+    def statements(self, code: str, begin: int, end: int
+                   ) -> tuple[list[tuple[int, int]], list[tuple[str, str]]] | None:
+        """The statements between tokens ``begin`` and ``end`` of ``code``: brace blocks
+        (as ``units`` reads them), and loops and conditionals whose bodies are blocks, as
+        text positions; and the plain declarations among them (``int64_t i;``: a loop's
+        counter) as (name, text). None where anything else is there."""
+        found, declarations = [], []
+        index = begin
+        while index < end:
+            if self.kinds[index] == "{":
+                close = self.closing(index)
+                if close < 0 or close >= end:
+                    return None
+                inner = self.units(index + 1, close)
+                found.extend(inner if inner else
+                             [(self.positions[index], self.positions[close] + 1)])
+                index = close + 1
+                continue
+            start = self.positions[index]
+            declaration = _PLAIN_DECLARATION.match(code, start)
+            if declaration is not None:
+                declarations.append((declaration.group(1), declaration.group(0)))
+                while index < end and self.positions[index] < declaration.end():
+                    index += 1
+                continue
+            index = self._compound(code, index, end)
+            if index is None:
+                return None
+            found.append((start, self.positions[index - 1] + 1))
+        return found, declarations
+
+    def _compound(self, code: str, index: int, end: int) -> int | None:
+        """The token after the loop or conditional at ``index`` (``for``, ``while``,
+        ``if`` with its ``else`` branches), each body a block; None if it is not one."""
+        keyword = _KEYWORD.match(code, self.positions[index])
+        if keyword is None:
+            return None
+        index += 1
+        while True:  # a header in parentheses, then a block
+            if index >= end or self.kinds[index] != "(" or self.closing(index) < 0:
+                return None
+            index = self._after_block(self.closing(index) + 1, end)
+            if index is None or keyword.group(1) != "if" or index >= end \
+                    or not code.startswith("else", self.positions[index]):
+                return index
+            index += 1  # else: a block, or another if
+            if index < end and self.kinds[index] == "{":
+                return self._after_block(index, end)
+            keyword = _KEYWORD.match(code, self.positions[index]) if index < end else None
+            if keyword is None or keyword.group(1) != "if":
+                return None
+            index += 1
+
+    def _after_block(self, index: int, end: int) -> int | None:
+        """The token after the brace block at ``index``; None if there is none."""
+        if index >= end or self.kinds[index] != "{":
+            return None
+        close = self.closing(index)
+        return close + 1 if 0 <= close < end else None
 
     def units(self, begin: int, end: int) -> list[tuple[int, int]] | None:
         """The statements between tokens ``begin`` and ``end`` as text positions (start,

@@ -25,8 +25,19 @@ def layers(x, w):
     return x, jnp.sin(x).sum()
 
 
+def stepped(x, w):
+    """A program whose control flow is loops (a for loop, a while loop) between maps."""
+    x = jnp.tanh(x @ w)
+    x = jax.lax.fori_loop(0, 3, lambda i, c: jnp.sin(c) * 0.5 + c @ w / 8, x)
+    x = jax.lax.while_loop(lambda c: c[1] < 2, lambda c: (jnp.cos(c[0]) + 1, c[1] + 1),
+                           (x, 0))[0]
+    return x, jnp.exp(-x).sum()
+
+
+@pytest.mark.parametrize("function", [layers, stepped])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_parts_compute_the_same_bits_as_one_file(private_cache, monkeypatch, dtype):
+def test_parts_compute_the_same_bits_as_one_file(private_cache, monkeypatch, dtype,
+                                                 function):
     rng = np.random.default_rng(0)
     x = rng.standard_normal((48, 40)).astype(dtype)
     w = rng.standard_normal((40, 40)).astype(dtype) / 8
@@ -36,7 +47,7 @@ def test_parts_compute_the_same_bits_as_one_file(private_cache, monkeypatch, dty
         monkeypatch.setenv("HLO2DACE_CACHE_DIR", str(private_cache / str(parts)))
         monkeypatch.setattr(cpp_split, "MIN_PART_CHARS", 1)
         monkeypatch.setattr(cpp_split, "MAX_PARTS", parts)
-        compiled = hlo2dace.jit(layers).lower(x, w).compile()
+        compiled = hlo2dace.jit(function).lower(x, w).compile()
         sources = list((compiled.program.folder / "build" / "src" / "cpu").glob("*.cpp"))
         assert len(sources) == (1 if parts == 1 else parts + 1)
         results[parts] = [np.asarray(r) for r in compiled(x, w)]
@@ -73,10 +84,32 @@ def test_split_cuts_between_blocks_and_calls_the_parts_in_order():
 @pytest.mark.parametrize("body", [
     "int i = 0;\n{ x[i] = 1; }\n{ x[1] = 2; }",      # a local that two parts would share
     "{ x[0] = 1; goto done; }\n{ done: x[1] = 2; }",  # a jump between parts
-    "for (int i = 0; i < n; ++i) { x[i] = 1; }\n{ x[0] = 2; }",
+    "int i;\nfor (i = 0; i < n; ++i) { x[i] = 1; }\n{ x[i] = 2; }",  # i read after
+    "if (n > 2) { x[0] = 1; } else x[0] = 2;",      # a branch that is not a block
 ])
 def test_split_leaves_one_file_where_parts_would_share_locals_or_labels(body):
     assert cpp_split.split(program(body), "p", parts=2) is None
+
+
+def test_loops_and_conditionals_are_split_with_their_counters():
+    """A loop or conditional of the program's control flow is a statement of a part, the
+    declaration of its counter in the part that runs it."""
+    body = ("int64_t v__it_1;\nint64_t v__it_2;\n{ x[0] = 1; }\n"
+            "for (v__it_1 = 0; (v__it_1 < n); v__it_1 = (v__it_1 + 1)) { { x[v__it_1] += 1; } }\n"
+            "if (n > 3) { x[1] = 2; } else if (n > 2) { x[1] = 3; } else { x[1] = 4; }\n"
+            "while ((x[0] < 10)) { x[0] *= 2; }\n"
+            "for (v__it_2 = 0; (v__it_2 < 2); v__it_2 = (v__it_2 + 1)) { x[2] += v__it_2; }")
+    split = cpp_split.split(program(body), "p", parts=5)
+    assert split is not None and len(split.parts) >= 3
+    statements = ["x[0] = 1;", "for (v__it_1 = 0;", "if (n > 3)", "while ((x[0] < 10))",
+                  "for (v__it_2 = 0;"]
+    where = [[k for k, part in enumerate(split.parts) if s in part] for s in statements]
+    assert all(len(w) == 1 for w in where) and where == sorted(where)
+    for counter in ("v__it_1", "v__it_2"):  # declared once, in the part of its loop
+        holding = [part for part in split.parts if f"int64_t {counter};" in part]
+        assert len(holding) == 1
+        assert holding[0].index(f"int64_t {counter};") < holding[0].index(f"for ({counter}")
+    assert "else if (n > 2) { x[1] = 3; } else { x[1] = 4; }" in "".join(split.parts)
 
 
 STATE = ("struct p_state_t {\n    float * __restrict__ __0_a;\n    double * __restrict__ __0_b;\n"
