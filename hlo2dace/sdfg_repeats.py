@@ -1,14 +1,14 @@
 """Map scopes that repeat, on other arrays, one before them, generated once.
 
 Python unrolls a model's layers, so the SDFG of a 12-layer transformer's training step
-holds each of its distinct maps a dozen times: 648 maps of 73 kinds. DaCe's code generation
-costs time per node, as does the C++ compiler per line it is given. So before code
-generation each map scope that occurs more than once (the same map, tasklets, memlets and
-registers, on arrays of the same types, shapes and strides) becomes one tasklet per
-occurrence, which calls a function with the arrays' base pointers; the function's code is
-DaCe's, generated once from the first occurrence, moved into an SDFG of its own
-(``Outlined.library``) whose arguments are the scope's arrays. ``cpp_split`` turns that
-SDFG's code into the functions.
+holds each of its distinct maps a dozen times: 638 of its 648 maps are of 45 kinds. DaCe's
+code generation costs time per node, as does the C++ compiler per line it is given. So
+before code generation each map scope that occurs more than once (the same map, tasklets,
+memlets and registers, on arrays of the same types, shapes and strides) becomes one
+tasklet per occurrence, which calls a function with the arrays' base pointers; the
+function's code is DaCe's, generated once from the first occurrence, moved into an SDFG
+of its own (``Outlined.library``) whose arguments are the scope's arrays. ``cpp_split``
+turns that SDFG's code into the functions.
 
 Only plain scopes are outlined: a map that is not nested, holding tasklets and the
 registers between them, reading and writing arrays (no views, no symbols, no offsets);
