@@ -494,13 +494,11 @@ class _Tokens:
         index = begin
         while index < end:
             if self.kinds[index] == "{":
-                close = self.closing(index)
-                if close < 0 or close >= end:
+                block = self._block(index, end)
+                if block is None:
                     return None
-                inner = self.units(index + 1, close)
-                found.extend(inner if inner else
-                             [(self.positions[index], self.positions[close] + 1)])
-                index = close + 1
+                found += block[0]
+                index = block[1]
                 continue
             start = self.positions[index]
             declaration = _PLAIN_DECLARATION.match(code, start)
@@ -552,13 +550,19 @@ class _Tokens:
         units = []
         index = begin
         while index < end:
-            if self.kinds[index] != "{":
+            block = self._block(index, end) if self.kinds[index] == "{" else None
+            if block is None:
                 return None
-            close = self.closing(index)
-            if close < 0 or close >= end:
-                return None
-            inner = self.units(index + 1, close)
-            units.extend(inner if inner else
-                         [(self.positions[index], self.positions[close] + 1)])
-            index = close + 1
+            units += block[0]
+            index = block[1]
         return units
+
+    def _block(self, index: int, end: int) -> tuple[list[tuple[int, int]], int] | None:
+        """The brace block at ``index`` as text positions (its inner blocks where it holds
+        only blocks), and the token after it; None where it does not close before
+        ``end``."""
+        close = self.closing(index)
+        if close < 0 or close >= end:
+            return None
+        inner = self.units(index + 1, close)
+        return inner or [(self.positions[index], self.positions[close] + 1)], close + 1

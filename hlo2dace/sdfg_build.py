@@ -54,28 +54,27 @@ def build(sdfg: Any, folder: Path, parts: int | None = None) -> Any:
         with stage("validate"):
             sdfg.validate()
     with stage("code generation") as generation:
-        program = sdfg
-        program.build_folder = str(folder)
-        program.fill_scope_connectors()
-        functions = _outline_repeats(program)
-        objects = codegen.generate_code(program, validate=False)
+        sdfg.build_folder = str(folder)
+        sdfg.fill_scope_connectors()
+        functions = _outline_repeats(sdfg)
+        objects = codegen.generate_code(sdfg, validate=False)
         frame = next(o for o in objects if o.title == "Frame")
-        signature = signature_sdfg(program, frame.clean_code)
-        split = cpp_split.program_files(frame.clean_code, program.name, parts, functions)
+        signature = signature_sdfg(sdfg, frame.clean_code)
+        split = cpp_split.program_files(frame.clean_code, sdfg.name, parts, functions)
         frame.code = split.main
         for k, code in enumerate(split.parts):
             part = copy.copy(frame)
-            part.name, part.code, part.title = f"{program.name}_part{k}", code, "Part"
+            part.name, part.code, part.title = f"{sdfg.name}_part{k}", code, "Part"
             objects.append(part)
         files = 1 + len(split.parts)
         generation.note = f"{files} C++ file{'s' if files > 1 else ''}"
         compiler.generate_program_folder(None, objects, str(folder))
         # the frame includes the hash of the SDFG it came from; the folder's name serves
         (folder / "include" / "hash.h").write_text(
-            f'#define __HASH_{program.name} "{folder.parent.name}"\n')
+            f'#define __HASH_{sdfg.name} "{folder.parent.name}"\n')
         signature.save(str(folder / SIGNATURE_FILE), compress=True)
     with stage("C++ compile"):
-        compiler.configure_and_compile(str(folder), program.name)
+        compiler.configure_and_compile(str(folder), sdfg.name)
     return signature
 
 
