@@ -144,7 +144,9 @@ def split(code: str, program: str, parts: int | None = None,
     sharing = _Sharing(code, blocks, _state_fields(code), declared, program)
     statements = list(sharing.statements)
     for name, declaration in locals_:  # each into the one statement that uses it
-        users = [k for k, text in enumerate(statements) if re.search(rf"\b{name}\b", text)]
+        # (as DaCe wrote them: a block compiled once uses the local in every occurrence)
+        users = [k for k, (begin, end) in enumerate(blocks)
+                 if re.search(rf"\b{name}\b", code[begin:end])]
         if len(users) > 1:
             return None  # a value that passes between statements
         if users:

@@ -86,6 +86,9 @@ def test_split_cuts_between_blocks_and_calls_the_parts_in_order():
     "{ x[0] = 1; goto done; }\n{ done: x[1] = 2; }",  # a jump between parts
     "int i;\nfor (i = 0; i < n; ++i) { x[i] = 1; }\n{ x[i] = 2; }",  # i read after
     "if (n > 2) { x[0] = 1; } else x[0] = 2;",      # a branch that is not a block
+    # two blocks alike, which would be compiled once, reading the counter of a loop
+    "int i;\nfor (i = 0; i < n; ++i) { x[i] = 1; }\n"
+    + "\n".join(["{ x[0] = x[i] * 2; /*" + "." * 400 + "*/ }"] * 2),
 ])
 def test_split_leaves_one_file_where_parts_would_share_locals_or_labels(body):
     assert cpp_split.split(program(body), "p", parts=2) is None
