@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import ChainMap
-from typing import Iterator, Sequence, Union
+from typing import Callable, Iterator, Sequence, Union
 
 import dace
 import numpy as np
@@ -44,6 +44,7 @@ from .bindings import (
     Pieces,
     Tuple,
     View,
+    flat_index,
     map_params,
     recomputed_reads,
 )
@@ -51,6 +52,9 @@ from .emitter import HELPERS_CPP, Element, Emitter, Whole
 from .known import known_value
 from .literals import literal
 from .scopes import Scope, callee, updates_in_place, updates_in_results
+
+#: C++ subscripts of a value -> a C++ expression of its element there (storage type)
+Reader = Callable[[Sequence[str]], str]
 
 
 class Builder:
@@ -164,6 +168,30 @@ class Builder:
         self.emit.copy(binding, target)
         self.scope.env[value.name] = target
         return target
+
+    def reader(self, value: ir.Value, conn: str, arrays: dict[str, Array]) -> Reader:
+        """``value`` read at subscripts that a tasklet computes: an array through the pointer
+        ``conn`` (added to ``arrays``), a view in place through its source's pointer (a
+        slice or reverse read in a loop is never copied per iteration), a splat literal as
+        its literal."""
+        binding = self.readable(value)
+        if binding.is_literal:
+            text = literal(binding.value, dtypes.of(value.type), storage=True)
+            return lambda indices: text
+        source = binding.source if isinstance(binding, View) else self.array(value)
+        if value.type.size:
+            arrays[conn] = source
+        if not isinstance(binding, View):
+            return lambda indices: f"{conn}[{flat_index(value.type.shape, indices)}]"
+
+        def read_view(indices: Sequence[str]) -> str:
+            subscripts = [str(axis.offset) if axis.dim is None else indices[axis.dim]
+                          if (axis.offset, axis.stride) == (0, 1) else
+                          f"{axis.offset} + {axis.stride} * (int64_t)({indices[axis.dim]})"
+                          for axis in binding.axes]
+            return f"{conn}[{flat_index(source.type.shape, subscripts)}]"
+
+        return read_view
 
     def allocate_result(self, value: ir.Value, hint: str = "", scope: Scope | None = None
                         ) -> Array:
@@ -377,7 +405,7 @@ class Builder:
                 lines.extend(recompute.lines)
                 continue
             array = arrays[f"__in{k}"] = self.array(value)
-            flat = fusion.flat_index(array.type.shape, indices)
+            flat = flat_index(array.type.shape, indices)
             expressions.append(dtypes.of(value.type).load(f"__in{k}[{flat}]"))
         return {conn: Whole(array) for conn, array in arrays.items()}, lines, expressions
 

@@ -575,13 +575,16 @@ template <typename T> inline auto abs_(T a) {
 // Selects, not branches: loops over independent elements (maps, a reduction's rows and
 // lanes) vectorise them, 4.7x faster than branches on random data; only a long chain of
 // dependent calls (one accumulator) ran 2x faster with branches, and reductions fold long
-// loops into lanes instead.
+// loops into lanes instead. Ties take the AND (max) or OR (min) of the bits, not a select
+// on the sign: GCC 12 gave up on a loop of two maxima of minima with the nested select
+// ("no vectype"; pyhpc's superbee limiter).
 template <typename T> inline T max_(T a, T b) {
     if constexpr (is_complex<T>) {
         return a.real() >= b.real() ? a : b;
     } else if constexpr (std::is_floating_point_v<T>) {
+        using I = typename bits_of<T>::type;
         T m = a > b ? a : b;
-        m = a == b ? (std::signbit(a) ? b : a) : m;
+        m = a == b ? bit_cast<T>(bit_cast<I>(a) & bit_cast<I>(b)) : m;  // +0 if either is
         m = b != b ? b : m;
         m = a != a ? a : m;
         return flush(m);
@@ -591,8 +594,9 @@ template <typename T> inline T min_(T a, T b) {
     if constexpr (is_complex<T>) {
         return a.real() <= b.real() ? a : b;
     } else if constexpr (std::is_floating_point_v<T>) {
+        using I = typename bits_of<T>::type;
         T m = a < b ? a : b;
-        m = a == b ? (std::signbit(a) ? a : b) : m;
+        m = a == b ? bit_cast<T>(bit_cast<I>(a) | bit_cast<I>(b)) : m;  // -0 if either is
         m = b != b ? b : m;
         m = a != a ? a : m;
         return flush(m);

@@ -13,55 +13,26 @@ cannot matter do updates run in parallel (see ``_plan``)."""
 from __future__ import annotations
 
 import contextlib
-from typing import Callable, Sequence
+from typing import Sequence
 
 import dace
 import numpy as np
 
 from .. import ir
 from . import dtypes, registry
-from .bindings import Array, Axis, Binding, Literal, View, flat_index, map_params
-from .builder import Builder
+from .bindings import Array, Axis, Binding, Literal, flat_index, map_params
+from .builder import Builder, Reader
 from .cpp import Loop, Writer
 from .emitter import Element, Whole, schedule_for
 from .known import known_value
-from .literals import literal
 from .registry import register
 from .shape import clamped_starts
-
-Reader = Callable[[Sequence[str]], str]
 
 #: such updates run in parallel with atomics only into results this large, where they
 #: rarely meet and wait for memory anyway; one thread updates a cached result faster
 ATOMIC_MIN_BYTES = 1 << 20
 #: the fewest window elements of a scatter that one map iteration updates (see ``_plan``)
 CHUNK = 64
-
-
-def _reader(b: Builder, value: ir.Value, conn: str, arrays: dict[str, Array]) -> Reader:
-    """A function from C++ subscripts of ``value`` to a C++ expression of the element there
-    (storage type). Arrays are read through the pointer ``conn`` (added to ``arrays``),
-    views in place through their source, splat literals as literals."""
-    binding = b.readable(value)
-    if binding.is_literal:
-        text = literal(binding.value, dtypes.of(value.type), storage=True)
-        return lambda indices: text
-    if isinstance(binding, View):
-        source = binding.source
-        if value.type.size:
-            arrays[conn] = source
-
-        def read_view(indices):
-            subscripts = [str(axis.offset) if axis.dim is None else indices[axis.dim]
-                          if (axis.offset, axis.stride) == (0, 1) else
-                          f"{axis.offset} + {axis.stride} * (int64_t)({indices[axis.dim]})"
-                          for axis in binding.axes]
-            return f"{conn}[{flat_index(source.type.shape, subscripts)}]"
-
-        return read_view
-    if value.type.size:
-        arrays[conn] = binding
-    return lambda indices: f"{conn}[{flat_index(value.type.shape, indices)}]"
 
 
 def _start_index(read_index: Reader, batch: Sequence[str], index_vector_dim: int, k: int,
@@ -114,8 +85,8 @@ def gather(b: Builder, op: ir.Op) -> list[Binding]:
     if t.size == 0:
         return [target]
     arrays: dict[str, Array] = {}
-    read_operand = _reader(b, operand, "__src", arrays)
-    read_index = _reader(b, indices, "__idx", arrays)
+    read_operand = b.reader(operand, "__src", arrays)
+    read_index = b.reader(indices, "__idx", arrays)
     batch = [f"__i{d}" for d in range(t.rank) if d not in offset_dims]
     starts = [_start_index(read_index, batch, index_vector_dim, k, indices.type.rank)
               for k in range(len(start_index_map))]
@@ -350,8 +321,8 @@ def scatter(b: Builder, op: ir.Op) -> list[Binding]:
         parallel, chunk = (), 0
 
     arrays: dict[str, Array] = {}
-    read_index = _reader(b, indices, "__idx", arrays)
-    read_updates = [_reader(b, v, f"__upd{k}", arrays) for k, v in enumerate(updates)]
+    read_index = b.reader(indices, "__idx", arrays)
+    read_updates = [b.reader(v, f"__upd{k}", arrays) for k, v in enumerate(updates)]
     params = map_params(len(parallel) + bool(chunk))
     update_index = [params[parallel.index(d)] if d in parallel else f"__u{d}"
                     for d in range(len(update_shape))]

@@ -4,6 +4,8 @@ through memlets; the rest writes arrays with one map each."""
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import numpy as np
 import sympy
 
@@ -25,7 +27,7 @@ from .bindings import (
     flat_index,
     map_params,
 )
-from .builder import Builder
+from .builder import Builder, Reader
 from .emitter import Element, Value, Whole
 from .known import result_dtype
 from .registry import define, register, register_elementwise
@@ -260,22 +262,20 @@ def reshape(b: Builder, op: ir.Op) -> list[Binding]:
     target = b.allocate_result(op.result)
     flat = flat_index(result_shape, map_params(len(result_shape)))
     lines = [f"const int64_t __flat = {flat};"]
+    arrays: dict[str, Array] = {}
+    read = b.reader(operand, "__src", arrays)
     if isinstance(source, View):
-        # read the view's source in place: the operand's index from the row-major
-        # position, then the source's index from the view's axes
+        # read the view's source in place, at the operand's index of the row-major position
         stride = 1
         for d in reversed(range(len(source_shape))):
             lines.append(f"const int64_t __o{d} = (__flat / {cpp_size(stride)}) % "
                          f"{cpp_size(source_shape[d])};")
             stride *= source_shape[d]
-        indices = [str(axis.offset) if axis.dim is None else
-                   f"{axis.offset} + {axis.stride} * __o{axis.dim}" for axis in source.axes]
-        lines.append(f"__out = __src[{flat_index(source.source.type.shape, indices)}];")
-        source = source.source
+        lines.append(f"__out = {read([f'__o{d}' for d in range(len(source_shape))])};")
     else:
         lines.append("__out = __src[__flat];")
-    b.emit.map("reshape", target.type.shape, "\n".join(lines), {"__src": Whole(source)},
-               {"__out": Element(target)})
+    b.emit.map("reshape", target.type.shape, "\n".join(lines),
+               {conn: Whole(array) for conn, array in arrays.items()}, {"__out": Element(target)})
     return [target]
 
 
@@ -317,7 +317,8 @@ def pad(b: Builder, op: ir.Op) -> list[Binding]:
     operand, padding_value = op.operands
     low, interior = op.attr("edge_padding_low"), op.attr("interior_padding")
     target = b.allocate_result(op.result)
-    source = b.array(operand) if operand.type.size else None
+    arrays: dict[str, Array] = {}
+    read = b.reader(operand, "__src", arrays) if operand.type.size else None
     conditions, indices = [], []
     for d, (lo, gap, n) in enumerate(zip(low, interior, operand.type.shape)):
         shifted = f"((int64_t)__i{d} - {lo})"
@@ -325,13 +326,12 @@ def pad(b: Builder, op: ir.Op) -> list[Binding]:
                           f"&& {shifted} / {gap + 1} < {n}")
         indices.append(f"{shifted} / {gap + 1}")
     inputs = {"__pad": Value(b.value(padding_value))}
-    if source is None:
+    if read is None:
         code = "__out = __pad;"
     else:
         inside = " && ".join(f"({c})" for c in conditions) or "true"
-        flat = flat_index(operand.type.shape, indices)
-        code = f"__out = ({inside}) ? __src[{flat}] : __pad;"
-        inputs["__src"] = Whole(source)
+        code = f"__out = ({inside}) ? {read(indices)} : __pad;"
+        inputs.update((conn, Whole(array)) for conn, array in arrays.items())
     b.emit.map("pad", target.type.shape, code, inputs, {"__out": Element(target)})
     return [target]
 
@@ -370,9 +370,10 @@ def dynamic_slice(b: Builder, op: ir.Op) -> list[Binding]:
     inputs = {f"__s{d}": Value(b.value(v)) for d, v in enumerate(start_values)}
     starts = clamped_starts(start_values, list(inputs), sizes, operand.type.shape)
     lines = [f"const int64_t __start{d} = {s};" for d, s in enumerate(starts)]
-    indices = [f"__start{d} + __i{d}" for d in range(len(sizes))]
-    lines.append(f"__out = __src[{flat_index(operand.type.shape, indices)}];")
-    inputs["__src"] = Whole(b.array(operand))
+    arrays: dict[str, Array] = {}
+    read = b.reader(operand, "__src", arrays)
+    lines.append(f"__out = {read([f'__start{d} + __i{d}' for d in range(len(sizes))])};")
+    inputs.update((conn, Whole(array)) for conn, array in arrays.items())
     b.emit.map("dynamic_slice", target.type.shape, "\n".join(lines), inputs,
                {"__out": Element(target)})
     return [target]
@@ -410,17 +411,19 @@ def dynamic_update_slice(b: Builder, op: ir.Op) -> list[Binding]:
     lines = [f"const int64_t __start{d} = {s};" for d, s in enumerate(starts)]
     inside = " && ".join(f"(int64_t)__i{d} >= __start{d} && (int64_t)__i{d} < __start{d} + {k}"
                          for d, k in enumerate(sizes)) or "true"
-    inner = flat_index(sizes, [f"(int64_t)__i{d} - __start{d}" for d in range(len(sizes))])
     outer = flat_index(shape, map_params(len(shape)))
+    arrays: dict[str, Array] = {}
+    read = b.reader(update, "__upd", arrays)
+    inputs.update((conn, Whole(array)) for conn, array in arrays.items())
     if source.name == target.name and not at_most(target.type.size, 1):
         # a loop-carried array updated in place (see control.py): write the window only
         if update.type.size:
-            _update_window(b, target, b.array(update), inputs, lines)
+            _update_window(b, target, read, sizes, inputs, lines)
         return [target]
     inputs["__src"] = Whole(source)
     if update.type.size:
-        inputs["__upd"] = Whole(b.array(update))
-        lines.append(f"__out = ({inside}) ? __upd[{inner}] : __src[{outer}];")
+        inner = read([f"(int64_t)__i{d} - __start{d}" for d in range(len(sizes))])
+        lines.append(f"__out = ({inside}) ? {inner} : __src[{outer}];")
     else:
         lines.append(f"__out = __src[{outer}];")
     b.emit.map("dynamic_update_slice", target.type.shape, "\n".join(lines), inputs,
@@ -428,16 +431,15 @@ def dynamic_update_slice(b: Builder, op: ir.Op) -> list[Binding]:
     return [target]
 
 
-def _update_window(b: Builder, target: Array, update: Array, inputs: dict,
-                   starts: list[str]) -> None:
-    """``target[start + i] = update[i]`` for every position ``i`` of ``update``: one map
-    over the update whose tasklet writes through a pointer to all of ``target``."""
-    shape, sizes = target.type.shape, update.type.shape
-    position = flat_index(shape, [f"__start{d} + (int64_t)__i{d}" for d in range(len(sizes))])
-    element = flat_index(sizes, map_params(len(sizes)))
-    code = "\n".join([*starts, f"__dst[{position}] = __upd[{element}];"])
-    b.emit.map("dynamic_update_slice", update.type.shape, code,
-               {**inputs, "__upd": Whole(update)}, {"__dst": Whole(target)})
+def _update_window(b: Builder, target: Array, read: Reader, sizes: Sequence[int],
+                   inputs: dict, starts: list[str]) -> None:
+    """``target[start + i] = update[i]`` for every position ``i`` of the update (of
+    ``sizes``, read by ``read``): one map over the update whose tasklet writes through a
+    pointer to all of ``target``."""
+    position = flat_index(target.type.shape,
+                          [f"__start{d} + (int64_t)__i{d}" for d in range(len(sizes))])
+    code = "\n".join([*starts, f"__dst[{position}] = {read(map_params(len(sizes)))};"])
+    b.emit.map("dynamic_update_slice", tuple(sizes), code, inputs, {"__dst": Whole(target)})
 
 
 @register("stablehlo.bitcast_convert")
