@@ -140,6 +140,63 @@ def test_index_element_types(dtype):
     assert_matches_jax(f, x, u, i)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.int8, np.uint8, np.bool_, np.complex64,
+                                   ml_dtypes.bfloat16], ids=dtype_id)
+def test_gathers_read_by_elementwise_ops_are_gathered_in_their_maps(dtype):
+    """A gather of one element per result element that only elementwise ops read (also
+    through views) is gathered by the maps of those ops, as XLA fuses it: no gather map,
+    no gathered array. Indices out of range (clamped), negative, unsigned, computed in the
+    same map, read through views, gathers of gathers and batched gathers agree with XLA,
+    and so do the ways that write it after all (a reduction reading it, an update in place
+    of its operand after it)."""
+    x = sample(dtype, (5, 4))
+    i = INDICES
+    j = np.array([[3, 0, 3], [1, -2, 9], [0, 0, 2], [-4, 3, 1], [2, 2, 2]], np.int32)
+    x3 = sample(dtype, (3, 5, 2), seed=5)
+    k = np.array([[4, 0, 4, 1], [-1, 2, 9, 2], [1, 1, 1, 1]], np.int32)
+    ones = np.ones((), dtype)
+
+    def f(x, i, j, x3, k, one):
+        plus = (lambda a: a | one) if dtype == np.bool_ else (lambda a: a * one + one)
+        y = plus(x)
+        out = {
+            "rows": plus(x[i]),
+            "take_along_axis": plus(jnp.take_along_axis(x, j, axis=1)),
+            "clip": plus(jnp.take(x, i, axis=0, mode="clip")),
+            "unsigned": plus(x[i.astype(np.uint8) % 5]),
+            "computed": plus(x[(i * 3 + 1) % 5]),
+            "transposed_operand": plus(x.T[i % 4]),
+            "view_of_gathered": plus(x[i].T[::-1]),
+            "nested": plus(x[i[j % 9]]),
+            "batched": jax.vmap(lambda r, c: plus(r[c]))(x3, k),
+            "in_place_after": (plus(y[i]), y.at[0].set(x[1])),
+        }
+        if dtype != np.bool_:
+            out["reduced"] = jnp.sum(x[i] * one, axis=1)
+        return out
+
+    assert_matches_jax(f, x, i, j, x3, k, ones)
+    sdfg = hlo2dace.jit(lambda x, i: x[i] * 2, optimize="default").lower(
+        np.ones((5, 4), np.float32), i).as_sdfg()
+    maps = [n.label for n, _ in sdfg.all_nodes_recursive() if isinstance(n, dace.nodes.MapEntry)]
+    assert maps and not any(label.startswith("gather") for label in maps), maps
+
+
+def test_searchsorted_loop_gathers_in_its_maps():
+    """``jnp.histogram``'s binary search (NPBench's azimint_hist): each step computes the
+    middle index and reads the bin edge there in one map; no gather map in the loop."""
+    edges = np.sort(np.random.default_rng(0).random(33))
+    q = np.concatenate([np.random.default_rng(1).random(200), [0.0, 1.0, np.nan, edges[3]]])
+
+    def f(edges, q):
+        return jnp.searchsorted(edges, q), jnp.histogram(q, 16)[0]
+
+    assert_matches_jax(f, edges, q)
+    sdfg = hlo2dace.jit(f, optimize="default").lower(edges, q).as_sdfg()
+    maps = [n.label for n, _ in sdfg.all_nodes_recursive() if isinstance(n, dace.nodes.MapEntry)]
+    assert not any(label.startswith("gather") for label in maps), maps
+
+
 def test_batching_dimensions_from_vmap():
     x = sample(np.float64, (3, 5, 2))
     i = np.array([[4, 0, 4, 1], [-1, 2, 9, 2], [1, 1, 1, 1]], np.int32)

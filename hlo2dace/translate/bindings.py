@@ -291,6 +291,67 @@ class Pieces(_Binding):
 
 
 @dataclass(frozen=True)
+class Gathered(_Binding):
+    """A gather whose every element reads one operand element, not emitted yet: the
+    elementwise maps that read it compute the start index and load the operand element
+    themselves (as XLA fuses a gather into its consumers), so the gathered values never
+    reach memory. Anything else gets it materialised into an array (once, remembered in
+    ``materialised``). ``starts``: the clamped start index along each of
+    ``start_index_map``'s dimensions, as values of this binding's shape; ``position``:
+    per operand dimension, the number of its start (None: none) and the axis of this
+    binding's index added to it (the batch position or the offset in the window)."""
+
+    operand: Union[Array, View]
+    starts: tuple
+    limits: tuple[int, ...]  # the largest start along each start dimension
+    unsigned: tuple[bool, ...]  # whether each start is read from an unsigned index
+    position: tuple
+    origin: str  # the gather's op comment, for the profiler's attribution
+    type: ir.TensorType
+    materialised: list = field(default_factory=list)
+
+    def viewed(self, axes: Sequence[Axis], t: ir.TensorType) -> Gathered:
+        """This binding re-indexed by ``axes`` (one per dimension of it), as a view."""
+        position = tuple((start, compose_axes((axis,), axes)[0])
+                         for start, axis in self.position)
+        return Gathered(self.operand, tuple(view_of(s, axes, ir.TensorType(t.shape, s.type.element))
+                                            for s in self.starts),
+                        self.limits, self.unsigned, position, self.origin, t)
+
+    def holds(self, array: str) -> bool:
+        return any(part.holds(array) for part in (self.operand, *self.starts,
+                                                  *self.materialised))
+
+
+def view_of(binding: Binding, axes: Sequence[Axis], t: ir.TensorType) -> Binding:
+    """``binding`` (an array, a view, a literal, a pending value or a view of one) read
+    through ``axes``, one per dimension of it, as a binding of type ``t``."""
+    if binding.is_literal:
+        return Literal(binding.value, t)
+    axes = tuple(axes)
+    if isinstance(binding, View):
+        return View(binding.source, compose_axes(binding.axes, axes), t)
+    if isinstance(binding, PendingView):
+        return PendingView(binding.source, compose_axes(binding.axes, axes), t)
+    if isinstance(binding, Pending):
+        return PendingView(binding, axes if binding.type.rank else (), t)
+    if isinstance(binding, Gathered):
+        return binding.viewed(axes, t)
+    if isinstance(binding, Array):
+        return View(binding, axes if binding.type.rank else (Axis(None, 0, 0),), t)
+    raise TypeError(f"a {type(binding).__name__} has no view")
+
+
+def clamp_index(start: str, unsigned: bool, largest) -> str:
+    """C++ for the start index ``start`` clamped into ``[0, largest]`` as the spec says
+    (an unsigned index compared as unsigned: a ui64 above INT64_MAX is too large, not
+    negative)."""
+    if unsigned:
+        return f"(int64_t)std::min<uint64_t>((uint64_t){start}, (uint64_t){cpp_size(largest)})"
+    return f"std::min<int64_t>(std::max<int64_t>((int64_t){start}, 0), {cpp_size(largest)})"
+
+
+@dataclass(frozen=True)
 class Token(_Binding):
     """A ``!stablehlo.token``: it orders side effects, and holds no data."""
 
@@ -317,7 +378,8 @@ class Unused(_Binding):
     type: ir.TensorType
 
 
-Binding = Union[Array, Literal, View, Pending, PendingView, Pieces, Token, Tuple, Unused]
+Binding = Union[Array, Literal, View, Pending, PendingView, Pieces, Gathered, Token, Tuple,
+                Unused]
 
 
 def recomputed_reads(binding: Union[Pending, PendingView], budget: int,

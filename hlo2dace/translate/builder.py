@@ -38,6 +38,7 @@ from .bindings import (
     Axis,
     Binding,
     ElementwiseCluster,
+    Gathered,
     Literal,
     Pending,
     PendingView,
@@ -206,7 +207,8 @@ class Builder:
 
     def resolve(self, binding: Binding) -> Binding:
         """A pending elementwise result -> its array, emitting its cluster if needed; a
-        concatenation -> its array, written if needed; anything else as it is."""
+        concatenation or a gather not emitted yet -> its array, written if needed;
+        anything else as it is."""
         if binding.is_pending:
             source = binding.pending
             if not source.cluster.closed:
@@ -225,6 +227,12 @@ class Builder:
                 target = self.emit.add_array("concat", binding.type)
                 self.write_pieces(binding, target)
                 binding.materialised.append(target)
+            return binding.materialised[0]
+        if isinstance(binding, Gathered):
+            if not binding.materialised:
+                binding.materialised.append(fusion.emit_recomputed(
+                    self.emit, binding, self.emit.add_array("gather", binding.type),
+                    self.resolve))
             return binding.materialised[0]
         return binding
 

@@ -2,7 +2,8 @@
 tasklets, operands read through (broadcasting) memlets, splat constants as literals, and
 arrays written only for the values used outside the cluster. A ``PendingView`` operand
 (a slice, transpose or reverse of a pending value) is recomputed in the reading tasklet at the index
-it reads, so the value it views need not be written at all."""
+it reads, so the value it views need not be written at all; a ``Gathered`` operand (a gather
+not emitted) is gathered there, reading its start indices the same way."""
 
 from __future__ import annotations
 
@@ -15,13 +16,16 @@ from .. import ir
 from . import dtypes, registry
 from .bindings import (
     Array,
+    Axis,
     Binding,
     ElementwiseCluster,
+    Gathered,
     Pending,
     PendingView,
     Pieces,
     View,
     axes_point,
+    clamp_index,
     flat_index,
     map_params,
 )
@@ -287,7 +291,7 @@ def _member_operand(emit: Emitter, cluster: ElementwiseCluster, binding: Binding
     rank = len(cluster.shape)
     if isinstance(binding, Pieces) and not binding.materialised:
         return _read_pieces(emit, binding, conn, element, rank, in_conns, in_edges)
-    if isinstance(binding, PendingView):
+    if isinstance(binding, (PendingView, Gathered)):
         recompute = Recompute(emit, resolve, cluster, f"{conn}_", in_conns, in_edges)
         expression = recompute.value(binding, map_params(rank))
         lines.extend(recompute.lines)
@@ -321,6 +325,11 @@ class Recompute:
         """The C++ expression (compute type) of ``binding`` at ``point``."""
         if isinstance(binding, PendingView):
             return self.value(binding.source, axes_point(binding.axes, point))
+        if isinstance(binding, Gathered) and not binding.materialised:
+            return self._gather(binding, point)
+        if isinstance(binding, Gathered):
+            binding = View(binding.materialised[0], tuple(map(Axis, range(len(point)))),
+                           binding.type)
         if self._recomputed(binding):
             return self._compute(binding, point)
         if isinstance(binding, Pending):
@@ -332,15 +341,52 @@ class Recompute:
         subscripts = binding.subscripts(len(point), point)
         if self.pointers is not None:
             source = binding.source if isinstance(binding, View) else binding
-            conn = next((c for c, a in self.pointers.items() if a.name == source.name),
-                        f"{self.prefix}{len(self.pointers)}")
-            self.pointers[conn] = source
-            return element.load(f"{conn}[{flat_index(source.type.shape, subscripts)}]")
+            return element.load(f"{self._pointer(source)}"
+                                f"[{flat_index(source.type.shape, subscripts)}]")
         conn = f"{self.prefix}{len(self.in_conns)}"
         self.in_conns[conn] = element.storage
         self.in_edges.append((self.emit.read(binding.data), conn,
                               dace.Memlet(f"{binding.data}[{', '.join(subscripts)}]"), True))
         return element.load(conn)
+
+    def _pointer(self, array: Array) -> str:
+        """The connector through which this tasklet reads all of ``array``."""
+        if self.pointers is not None:
+            conn = next((c for c, a in self.pointers.items() if a.name == array.name),
+                        f"{self.prefix}{len(self.pointers)}")
+            self.pointers[conn] = array
+            return conn
+        conn = f"{self.prefix}{len(self.in_conns)}"
+        self.in_conns[conn] = dace.pointer(dtypes.of(array.type).storage)
+        full = ", ".join(f"0:{n}" for n in array.type.shape) or "0"
+        self.in_edges.append((self.emit.read(array.name), conn,
+                              dace.Memlet(f"{array.name}[{full}]"), True))
+        return conn
+
+    def _gather(self, gathered: Gathered, point: list[str]) -> str:
+        """The gathered element at ``point``: its start indices (computed or read here),
+        clamped, and the operand element they select, read through a pointer."""
+        key = (id(gathered), tuple(point))
+        if key not in self.done:
+            starts = [clamp_index(self.value(start, point), unsigned, largest)
+                      for start, unsigned, largest in zip(gathered.starts, gathered.unsigned,
+                                                          gathered.limits)]
+            position = []
+            for start, axis in gathered.position:
+                offset = axes_point((axis,), point)[0]
+                position.append(offset if start is None else starts[start] if offset == "0"
+                                else f"{starts[start]} + ({offset})")
+            source = gathered.operand
+            array = source.source if isinstance(source, View) else source
+            if isinstance(source, View):
+                position = axes_point(source.axes, position)
+            element = dtypes.of(gathered.type)
+            name = f"{self.prefix}v{len(self.done)}"
+            read = element.load(f"{self._pointer(array)}"
+                                f"[{flat_index(array.type.shape, position)}]")
+            self.lines.append(f"const {element.compute} {name} = {read};  {gathered.origin}")
+            self.done[key] = name
+        return self.done[key]
 
     def _recomputed(self, binding) -> bool:
         """Whether ``binding`` is computed in this tasklet rather than read from an array."""
@@ -385,9 +431,13 @@ def emit_recomputed(emit: Emitter, binding, target: Array, resolve: Resolve) -> 
         element = dtypes.of(t)
         code = "\n".join([*recompute.lines, f"__out = {element.store(expression)};"])
         subset = ", ".join(map_params(t.rank)) if t.rank else "0"
-        emit.map("recompute", t.shape, code, {conn: memlet for _, conn, memlet, _ in in_edges},
-                 {"__out": dace.Memlet(f"{target.name}[{subset}]")},
-                 work_per_element=len(recompute.lines) + 1)
+        tasklet = emit.map("recompute", t.shape, code,
+                           {conn: memlet for _, conn, memlet, _ in in_edges},
+                           {"__out": dace.Memlet(f"{target.name}[{subset}]")},
+                           work_per_element=len(recompute.lines) + 1)
+        for conn, kind in in_conns.items():
+            if isinstance(kind, dace.pointer):  # a gathered operand, read whole
+                tasklet.in_connectors[conn] = kind
     return target
 
 

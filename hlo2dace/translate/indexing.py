@@ -20,7 +20,19 @@ import numpy as np
 
 from .. import ir
 from . import dtypes, registry
-from .bindings import Array, Axis, Binding, Literal, flat_index, map_params
+from .bindings import (
+    Array,
+    Axis,
+    Binding,
+    Gathered,
+    Literal,
+    Pending,
+    PendingView,
+    View,
+    flat_index,
+    map_params,
+    view_of,
+)
 from .builder import Builder, Reader
 from .cpp import Loop, Writer
 from .emitter import Element, Whole, schedule_for
@@ -81,6 +93,9 @@ def gather(b: Builder, op: ir.Op) -> list[Binding]:
     source = b.readable(operand)
     if source.is_literal:
         return [Literal(source.value, t)]
+    if (b.level.fuse and t.rank and t.size and op.result.name not in b.scope.destinations
+            and _read_elementwise(b.scope, op.result)):
+        return [_lazy_gather(b, op, source, numbers, sizes)]
     target = b.allocate_result(op.result)
     if t.size == 0:
         return [target]
@@ -104,6 +119,62 @@ def gather(b: Builder, op: ir.Op) -> list[Binding]:
                {conn: Whole(array) for conn, array in arrays.items()},
                {"__out": Element(target)})
     return [target]
+
+
+#: ops that ``shape._view`` turns into views: a gather read through them stays lazy
+_VIEW_OPS = frozenset({"stablehlo.reshape", "stablehlo.broadcast_in_dim",
+                       "stablehlo.transpose", "stablehlo.slice", "stablehlo.reverse"})
+
+
+def _read_elementwise(scope, value: ir.Value, depth: int = 3) -> bool:
+    """Whether every op of ``scope`` that uses ``value`` is elementwise, or a view op whose
+    result only such ops read (``depth`` views deep)."""
+    users = scope.uses.get(value.name, ())
+    return bool(users) and all(
+        registry.elementwise_rule(user) is not None
+        or user.name in _VIEW_OPS and depth and len(user.results) == 1
+        and _read_elementwise(scope, user.results[0], depth - 1) for user in users)
+
+
+def _lazy_gather(b: Builder, op: ir.Op, source: Array | View, numbers: dict,
+                 sizes: Sequence[int]) -> Gathered:
+    """A gather bound lazily (``Gathered``): the elementwise maps that read it gather each
+    element themselves. Start ``k`` is component ``k`` of the index vector at the result's
+    batch position, as a view of the indices; the window's offsets are the result's
+    offset dimensions."""
+    operand, indices = op.operands
+    t = op.result.type
+    offset_dims = numbers.get("offset_dims", ())
+    collapsed = numbers.get("collapsed_slice_dims", ())
+    start_index_map = numbers.get("start_index_map", ())
+    operand_batching = numbers.get("operand_batching_dims", ())
+    indices_batching = numbers.get("start_indices_batching_dims", ())
+    index_vector_dim = numbers.get("index_vector_dim", 0)
+    batch = [d for d in range(t.rank) if d not in offset_dims]
+    index = b.binding(indices)
+    if not isinstance(index, (Pending, PendingView, Gathered)):
+        index = b.readable(indices)
+    starts = []
+    for k in range(len(start_index_map)):
+        dims = iter(batch)
+        axes = [Axis(None, 0, k) if e == index_vector_dim else Axis(next(dims))
+                for e in range(indices.type.rank)]
+        starts.append(view_of(index, axes, ir.TensorType(t.shape, indices.type.element)))
+    offsets = iter(offset_dims)
+    position = []
+    for d in range(operand.type.rank):
+        start = list(start_index_map).index(d) if d in start_index_map else None
+        if d in operand_batching:
+            d_start = indices_batching[list(operand_batching).index(d)]
+            position.append((start, Axis(batch[d_start - (d_start > index_vector_dim)])))
+        elif d in collapsed:
+            position.append((start, Axis(None, 0, 0)))
+        else:  # the offset in the window
+            position.append((start, Axis(next(offsets))))
+    return Gathered(source, tuple(starts),
+                    tuple(operand.type.shape[d] - sizes[d] for d in start_index_map),
+                    (ir.is_unsigned(indices.type.element),) * len(start_index_map),
+                    tuple(position), b.emit.origin(), t)
 
 
 def _operand_position(rank: int, start_dims: Sequence[int], operand_batching: Sequence[int],

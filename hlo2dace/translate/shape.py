@@ -15,6 +15,7 @@ from .bindings import (
     Array,
     Axis,
     Binding,
+    Gathered,
     Literal,
     Pending,
     PendingView,
@@ -22,6 +23,7 @@ from .bindings import (
     Tuple,
     View,
     at_most,
+    clamp_index,
     compose_axes,
     cpp_size,
     flat_index,
@@ -39,6 +41,8 @@ def _view(b: Builder, operand: ir.Value, result: ir.Value, axes: list[Axis]) -> 
     unless it is to be written into an array anyway."""
     t = result.type
     pending = b.binding(operand)
+    if isinstance(pending, Gathered):  # stays lazy: its readers gather through the view
+        return [pending.viewed(axes, t)]
     source = pending.source if isinstance(pending, PendingView) else pending
     # a broadcast of a pending value is written at its own (smaller) size once and read
     # through a View, rather than recomputed for every element it is broadcast to (unless
@@ -337,17 +341,9 @@ def pad(b: Builder, op: ir.Op) -> list[Binding]:
 
 
 def clamped_starts(values: list[ir.Value], starts: list[str], sizes, shape) -> list[str]:
-    """C++ for the start indices clamped into ``[0, n - k]`` as the spec says (unsigned
-    indices compared as unsigned: a ui64 index above INT64_MAX is too large, not negative)."""
-    out = []
-    for value, s, k, n in zip(values, starts, sizes, shape):
-        if ir.is_unsigned(value.type.element):
-            out.append(f"(int64_t)std::min<uint64_t>((uint64_t){s}, "
-                       f"(uint64_t){cpp_size(n - k)})")
-        else:
-            out.append(f"std::min<int64_t>(std::max<int64_t>((int64_t){s}, 0), "
-                       f"{cpp_size(n - k)})")
-    return out
+    """C++ for the start indices clamped into ``[0, n - k]`` (``clamp_index``)."""
+    return [clamp_index(s, ir.is_unsigned(value.type.element), n - k)
+            for value, s, k, n in zip(values, starts, sizes, shape)]
 
 
 def _window_shape(inference, op, operands, shapes, knowns, env):
