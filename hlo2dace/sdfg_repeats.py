@@ -18,6 +18,7 @@ nothing is outlined in an instrumented SDFG, whose timers live in the program's 
 from __future__ import annotations
 
 import copy
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +26,8 @@ from typing import Any
 FUNCTION = "__h2d_repeat{k}_{program}"
 #: the library's argument ``j`` of repeated scope ``k``
 ARGUMENT = "__h2d_r{k}_{j}"
+#: a line comment of a tasklet's code
+_COMMENT = re.compile(r"//[^\n]*")
 
 
 @dataclass(frozen=True)
@@ -218,10 +221,11 @@ class _Scope:
                    for j, n in enumerate(self.outer) if n in targets}
         arguments = [f"__w{j}" if name in targets else f"__r{j}"
                      for j, name in enumerate(self.outer)]
-        origin = next((line for n in self.nodes if isinstance(n, dace.nodes.Tasklet)
-                       for line in n.code.as_string.splitlines()[:1]), "")
+        # the comments of the scope's code (the ops it computes: the profiler reads them)
+        comments = [comment for n in self.nodes if isinstance(n, dace.nodes.Tasklet)
+                    for comment in _COMMENT.findall(n.code.as_string)]
         call = state.add_tasklet(f"{entry.map.label}_call", inputs, outputs,
-                                 f"{origin}\n{function}({', '.join(arguments)});",
+                                 "\n".join([*comments, f"{function}({', '.join(arguments)});"]),
                                  language=dace.Language.CPP,
                                  debuginfo=entry.map.debuginfo or dace.dtypes.DebugInfo(0))
         call.environments = environments

@@ -7,7 +7,7 @@ not emitted) is gathered there, reading its start indices the same way."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import dace
@@ -170,13 +170,27 @@ def contracted_expression(op: ir.Op, found: Contraction, factors: list[str],
     return f"h2d::mul_add({x}, {y}, {other})"
 
 
+@dataclass
+class _Code:
+    """The one tasklet of a cluster's map, as it is written: its connectors, the edges
+    that feed them, its lines, and the C++ names of the values it has computed."""
+
+    in_conns: dict = field(default_factory=dict)
+    in_edges: list = field(default_factory=list)
+    lines: list = field(default_factory=list)
+    names: dict = field(default_factory=dict)
+    #: the connector of each element read through a memlet, read once for all its readers
+    reads: dict = field(default_factory=dict)
+
+
 def _emit_map(emit: Emitter, cluster: ElementwiseCluster, outputs: dict,
               resolve: Resolve) -> None:
-    """The cluster's map: one tasklet per member that an output needs, reading operands
+    """The cluster's map: ONE tasklet that computes the members an output needs, each
+    into a C++ local (its op's comment above it, for the profiler), reading operands
     through memlets (or as literals, or recomputing the pending values that views of them
-    read), passing values to the members that read them through register scalars, and
-    writing ``outputs`` through the map's exit. The tasklets are wired by hand rather than
-    through ``Emitter.map``: many tasklets share one map scope."""
+    read), and writing ``outputs`` through the map's exit. One tasklet, not one per op:
+    DaCe's translation and code generation cost grows with the nodes of a state, and the
+    compiler sees the same expressions either way."""
     shape = cluster.shape
     rank = len(shape)
     state = emit.state
@@ -195,7 +209,7 @@ def _emit_map(emit: Emitter, cluster: ElementwiseCluster, outputs: dict,
         return in_cluster(binding) and binding.key not in outputs
 
     roots = _fused_roots(cluster, outputs, in_cluster)
-    live, read_inside, contractions = set(outputs), set(), {}
+    live, contractions = set(outputs), {}
     for op, scope in reversed(cluster.members):
         if (id(scope), op.results[0].name) in live:
             found = contraction(scope, op, in_registers, lambda other, op=op: bool(
@@ -208,13 +222,13 @@ def _emit_map(emit: Emitter, cluster: ElementwiseCluster, outputs: dict,
                 binding = scope.env.get(v.name)
                 if in_cluster(binding):
                     live.add(binding.key)
-                    read_inside.add(binding.key)
-    scalars: dict[tuple[int, str], dace.nodes.AccessNode] = {}
-    for op, scope in cluster.members:
-        if (id(scope), op.results[0].name) not in live:
+    code, out_conns, out_edges, debuginfo = _Code(), {}, [], None
+    for index, (op, scope) in enumerate(cluster.members):
+        key = (id(scope), op.results[0].name)
+        if key not in live:
             continue
         with emit.at(op):
-            in_conns, in_edges, lines = {}, [], []
+            debuginfo = debuginfo or emit.debuginfo()
             out_type = dtypes.of(op.result.type, op.name, op.location)
             found = contractions.get(id(op))
             wanted = list(enumerate(op.operands))  # (connector number, operand)
@@ -223,87 +237,72 @@ def _emit_map(emit: Emitter, cluster: ElementwiseCluster, outputs: dict,
                 wanted = [(f"{found.operand}_{j}", v)
                           for j, v in enumerate(found.product.operands)]
                 wanted.append((other, op.operands[other]))
-            args = [_member_operand(emit, cluster, scope.env[v.name], f"__in{k}",
-                                    dtypes.of(v.type, op.name, op.location), scalars,
-                                    in_conns, in_edges, lines, resolve) for k, v in wanted]
+            code.lines.append(emit.origin())
+            args = [_member_operand(emit, cluster, scope.env[v.name], f"__m{index}_{k}",
+                                    dtypes.of(v.type, op.name, op.location), code, resolve)
+                    for k, v in wanted]
             if found is not None:
                 expression = contracted_expression(op, found, args[:2], args[2])
             else:
                 in_types = [dtypes.of(v.type, op.name, op.location) for v in op.operands]
                 expression = registry.elementwise_rule(op).at(op, args, in_types, out_type,
                                                               map_params(rank))
-            expression = out_type.fit(expression)
-            key = (id(scope), op.result.name)
-            out_conns, out_edges = {}, []
-            if key in read_inside and key in outputs:
-                lines.append(f"auto __v = {expression};")
-                expression = "__v"
-            if key in read_inside:
-                scalar = emit.add_register(f"s_{op.result.name.lstrip('%')}",
-                                           out_type.compute_dace)
-                node = state.add_access(scalar)
-                scalars[key] = node
-                out_conns["__s"] = out_type.compute_dace
-                lines.append(f"__s = {expression};")
-                out_edges.append(("__s", node, dace.Memlet(data=scalar, subset="0"), False))
+            name = code.names[key] = f"__v{index}"
+            code.lines.append(f"const {out_type.compute} {name} = {out_type.fit(expression)};")
             if key in outputs:
-                array = outputs[key]
-                out_conns["__o"] = out_type.storage
-                lines.append(f"__o = {out_type.store(expression)};")
+                array, conn = outputs[key], f"__o{index}"
+                out_conns[conn] = out_type.storage
+                code.lines.append(f"{conn} = {out_type.store(name)};")
                 subset = ", ".join(map_params(rank)) if rank else "0"
-                out_edges.append(("__o", emit.write(array.name),
-                                  dace.Memlet(f"{array.name}[{subset}]"), True))
-            if not out_conns:
-                continue
-            tasklet = state.add_tasklet(emit.fresh(op.name.rsplit(".", 1)[-1]), in_conns,
-                                        out_conns, "\n".join([emit.origin(), *lines]),
-                                        language=dace.Language.CPP,
-                                        debuginfo=emit.debuginfo())
-        if entry is not None and not any(external for *_, external in in_edges):
-            state.add_nedge(entry, tasklet, dace.Memlet())  # keep it inside the map scope
-        for source, conn, memlet, external in in_edges:
-            if external and entry is not None:
-                state.add_memlet_path(source, entry, tasklet, dst_conn=conn, memlet=memlet,
-                                      propagate=False)
-            else:
-                state.add_edge(source, None, tasklet, conn, memlet)
-        for conn, target, memlet, external in out_edges:
-            if external and exit_ is not None:
-                state.add_memlet_path(tasklet, exit_, target, src_conn=conn, memlet=memlet,
-                                      propagate=False)
-            else:
-                state.add_edge(tasklet, conn, target, None, memlet)
+                out_edges.append((conn, emit.write(array.name),
+                                  dace.Memlet(f"{array.name}[{subset}]")))
+    tasklet = state.add_tasklet(emit.fresh("fused"), code.in_conns, out_conns,
+                                "\n".join(code.lines), language=dace.Language.CPP,
+                                debuginfo=debuginfo)
+    if entry is not None and not code.in_edges:
+        state.add_nedge(entry, tasklet, dace.Memlet())  # keep it inside the map scope
+    for source, conn, memlet, _ in code.in_edges:
+        if entry is not None:
+            state.add_memlet_path(source, entry, tasklet, dst_conn=conn, memlet=memlet,
+                                  propagate=False)
+        else:
+            state.add_edge(source, None, tasklet, conn, memlet)
+    for conn, target, memlet in out_edges:
+        if exit_ is not None:
+            state.add_memlet_path(tasklet, exit_, target, src_conn=conn, memlet=memlet,
+                                  propagate=False)
+        else:
+            state.add_edge(tasklet, conn, target, None, memlet)
     if entry is not None:
         emit.propagate_map(entry, exit_)
 
 
 def _member_operand(emit: Emitter, cluster: ElementwiseCluster, binding: Binding, conn: str,
-                    element, scalars: dict, in_conns: dict, in_edges: list, lines: list,
-                    resolve: Resolve) -> str:
+                    element, code: _Code, resolve: Resolve) -> str:
     """The C++ expression (compute type) of a member's operand bound to ``binding``: a
-    register of the cluster, a concatenation or a view of a pending value recomputed in
-    place, a literal, or an element read through a memlet (connector ``conn``)."""
+    value of the cluster computed before it, a concatenation or a view of a pending value
+    recomputed in place, a gathered element, a literal, or an element read through a
+    memlet (connector ``conn``, or the one that reads the same element already)."""
     if isinstance(binding, Pending) and binding.cluster is cluster:
-        node = scalars[binding.key]
-        in_conns[conn] = element.compute_dace
-        in_edges.append((node, conn, dace.Memlet(data=node.data, subset="0"), False))
-        return conn
+        return code.names[binding.key]
     rank = len(cluster.shape)
     if isinstance(binding, Pieces) and not binding.materialised:
-        return _read_pieces(emit, binding, conn, element, rank, in_conns, in_edges)
+        return _read_pieces(emit, binding, conn, element, rank, code.in_conns, code.in_edges)
     if isinstance(binding, (PendingView, Gathered)):
-        recompute = Recompute(emit, resolve, cluster, f"{conn}_", in_conns, in_edges)
+        recompute = Recompute(emit, resolve, cluster, f"{conn}_", code.in_conns,
+                              code.in_edges)
         expression = recompute.value(binding, map_params(rank))
-        lines.extend(recompute.lines)
+        code.lines.extend(recompute.lines)
         return expression
     binding = resolve(binding)
     if binding.is_literal:
         return f"({literal(binding.value, element)})"
-    in_conns[conn] = element.storage
-    in_edges.append((emit.read(binding.data), conn,
-                     dace.Memlet(f"{binding.data}[{', '.join(binding.subscripts(rank))}]"),
-                     True))
-    return element.load(conn)
+    memlet = f"{binding.data}[{', '.join(binding.subscripts(rank))}]"
+    if memlet not in code.reads:
+        code.reads[memlet] = conn
+        code.in_conns[conn] = element.storage
+        code.in_edges.append((emit.read(binding.data), conn, dace.Memlet(memlet), True))
+    return element.load(code.reads[memlet])
 
 
 class Recompute:
