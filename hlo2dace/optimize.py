@@ -7,7 +7,7 @@ signed zeros, integer wrap-around); the whole test suite passes at each
 
 * ``none``: one map per elementwise op, every intermediate value in an array. The
   translation as plainly as it can be written: a baseline for debugging and measuring.
-* ``default``: elementwise ops of one shape fuse into one map with values in registers;
+* ``default``: elementwise ops of one shape fuse into one map, each value a C++ local;
   slices, broadcasts and transposes of values not yet written are recomputed by their
   elementwise readers (up to 24 ops per read), as XLA fuses cheap producers into their
   consumers, so a stencil's fluxes never reach memory.

@@ -9,7 +9,7 @@ core modules:
 * ``fusion.py``: elementwise clusters, emitted as one map each.
 
 Elementwise ops of one shape gather into an open ``ElementwiseCluster`` and are emitted as
-ONE map with one tasklet per op and register scalars between them; only values used
+ONE map of one tasklet that computes every op into a C++ local; only values used
 outside the cluster are written to arrays. A cluster closes when anything else needs one of
 its values as an array, so the dataflow stays acyclic.
 

@@ -45,11 +45,6 @@ class ElementType:
     def storage_numpy(self) -> np.dtype:
         return np.dtype(self.storage.type)
 
-    @property
-    def compute_dace(self) -> dace.typeclass:
-        """The DaCe type of register scalars holding a computed value."""
-        return dace.float32 if self.is_stored_as_bits else self.storage
-
     def load(self, expression: str) -> str:
         """C++ that turns a value read from an array into the compute type."""
         return f"h2d::{self.rounding}_to_float({expression})" if self.rounding else expression

@@ -1,7 +1,7 @@
 """The SDFG under construction and the one way to add code to it.
 
-``Emitter`` owns the SDFG: fresh names, data containers (arrays, hidden constants,
-register scalars), the state being filled and the control-flow region around it, access
+``Emitter`` owns the SDFG: fresh names, data containers (arrays, hidden constants), the
+state being filled and the control-flow region around it, access
 nodes, and ``map``: one tasklet, in a map over a shape or alone, whose connectors read and
 write
 
@@ -199,12 +199,6 @@ class Emitter:
         self.sdfg.add_array(name, dace_shape(_PROCESS_VALUE_TYPE), dace.int64)
         self.process_values[name] = spec
         return Array(name, _PROCESS_VALUE_TYPE)
-
-    def add_register(self, hint: str, ctype: dace.typeclass) -> str:
-        """A scalar that lives in a register between the tasklets of one map."""
-        name = self.fresh(hint)
-        self.sdfg.add_scalar(name, ctype, transient=True, storage=dace.StorageType.Register)
-        return name
 
     def include_once(self, code: str) -> None:
         """Add C++ ``code`` to the program's global code unless it is there already: the

@@ -1,5 +1,5 @@
-"""Emits an elementwise cluster as one map: one tasklet per op, register scalars between
-tasklets, operands read through (broadcasting) memlets, splat constants as literals, and
+"""Emits an elementwise cluster as one map of one tasklet: each op a C++ local of that
+tasklet, operands read through (broadcasting) memlets, splat constants as literals, and
 arrays written only for the values used outside the cluster. A ``PendingView`` operand
 (a slice, transpose or reverse of a pending value) is recomputed in the reading tasklet at the index
 it reads, so the value it views need not be written at all; a ``Gathered`` operand (a gather
