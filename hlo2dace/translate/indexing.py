@@ -13,6 +13,7 @@ cannot matter do updates run in parallel (see ``_plan``)."""
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 from typing import Sequence
 
 import dace
@@ -72,19 +73,36 @@ def _numbers(b: Builder, op: ir.Op, name: str) -> dict:
 # -------------------------------------------------------------------------- gather
 
 
+@dataclass(frozen=True)
+class _GatherDimensions:
+    """A gather's dimension numbers."""
+
+    offset_dims: tuple[int, ...]
+    collapsed: tuple[int, ...]
+    operand_batching: tuple[int, ...]
+    indices_batching: tuple[int, ...]
+    start_index_map: tuple[int, ...]
+    index_vector_dim: int
+
+    @staticmethod
+    def of(numbers: dict) -> _GatherDimensions:
+        return _GatherDimensions(
+            numbers.get("offset_dims", ()), numbers.get("collapsed_slice_dims", ()),
+            numbers.get("operand_batching_dims", ()),
+            numbers.get("start_indices_batching_dims", ()),
+            numbers.get("start_index_map", ()), numbers.get("index_vector_dim", 0))
+
+
 @register("stablehlo.gather")
 def gather(b: Builder, op: ir.Op) -> list[Binding]:
     """One map over the result: each element reads its start index vector, clamps it
     as the spec says, and reads the operand in place (through a view's source too), so a
     gather writes nothing but its result."""
     operand, indices = op.operands
-    numbers = _numbers(b, op, "dimension_numbers")
-    offset_dims = numbers.get("offset_dims", ())
-    collapsed = numbers.get("collapsed_slice_dims", ())
-    operand_batching = numbers.get("operand_batching_dims", ())
-    indices_batching = numbers.get("start_indices_batching_dims", ())
-    start_index_map = numbers.get("start_index_map", ())
-    index_vector_dim = numbers.get("index_vector_dim", 0)
+    dims = _GatherDimensions.of(_numbers(b, op, "dimension_numbers"))
+    offset_dims, collapsed = dims.offset_dims, dims.collapsed
+    operand_batching, indices_batching = dims.operand_batching, dims.indices_batching
+    start_index_map, index_vector_dim = dims.start_index_map, dims.index_vector_dim
     sizes = tuple(int(s) for s in op.attr("slice_sizes"))
     t = op.result.type
     dtypes.of(t, op.name, op.location)
@@ -95,7 +113,7 @@ def gather(b: Builder, op: ir.Op) -> list[Binding]:
         return [Literal(source.value, t)]
     if (b.level.fuse and t.rank and t.size and op.result.name not in b.scope.destinations
             and _read_elementwise(b.scope, op.result)):
-        return [_lazy_gather(b, op, source, numbers, sizes)]
+        return [_lazy_gather(b, op, source, dims, sizes)]
     target = b.allocate_result(op.result)
     if t.size == 0:
         return [target]
@@ -136,7 +154,7 @@ def _read_elementwise(scope, value: ir.Value, depth: int = 3) -> bool:
         and _read_elementwise(scope, user.results[0], depth - 1) for user in users)
 
 
-def _lazy_gather(b: Builder, op: ir.Op, source: Array | View, numbers: dict,
+def _lazy_gather(b: Builder, op: ir.Op, source: Array | View, dims: _GatherDimensions,
                  sizes: Sequence[int]) -> Gathered:
     """A gather bound lazily (``Gathered``): the elementwise maps that read it gather each
     element themselves. Start ``k`` is component ``k`` of the index vector at the result's
@@ -144,30 +162,25 @@ def _lazy_gather(b: Builder, op: ir.Op, source: Array | View, numbers: dict,
     offset dimensions."""
     operand, indices = op.operands
     t = op.result.type
-    offset_dims = numbers.get("offset_dims", ())
-    collapsed = numbers.get("collapsed_slice_dims", ())
-    start_index_map = numbers.get("start_index_map", ())
-    operand_batching = numbers.get("operand_batching_dims", ())
-    indices_batching = numbers.get("start_indices_batching_dims", ())
-    index_vector_dim = numbers.get("index_vector_dim", 0)
-    batch = [d for d in range(t.rank) if d not in offset_dims]
+    start_index_map, index_vector_dim = dims.start_index_map, dims.index_vector_dim
+    batch = [d for d in range(t.rank) if d not in dims.offset_dims]
     index = b.binding(indices)
     if not isinstance(index, (Pending, PendingView, Gathered)):
         index = b.readable(indices)
     starts = []
     for k in range(len(start_index_map)):
-        dims = iter(batch)
-        axes = [Axis(None, 0, k) if e == index_vector_dim else Axis(next(dims))
+        positions = iter(batch)
+        axes = [Axis(None, 0, k) if e == index_vector_dim else Axis(next(positions))
                 for e in range(indices.type.rank)]
         starts.append(view_of(index, axes, ir.TensorType(t.shape, indices.type.element)))
-    offsets = iter(offset_dims)
+    offsets = iter(dims.offset_dims)
     position = []
     for d in range(operand.type.rank):
         start = list(start_index_map).index(d) if d in start_index_map else None
-        if d in operand_batching:
-            d_start = indices_batching[list(operand_batching).index(d)]
+        if d in dims.operand_batching:
+            d_start = dims.indices_batching[list(dims.operand_batching).index(d)]
             position.append((start, Axis(batch[d_start - (d_start > index_vector_dim)])))
-        elif d in collapsed:
+        elif d in dims.collapsed:
             position.append((start, Axis(None, 0, 0)))
         else:  # the offset in the window
             position.append((start, Axis(next(offsets))))
