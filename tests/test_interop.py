@@ -236,9 +236,10 @@ def test_closing_over_a_traced_value_is_an_error():
     (lambda p, g: p - 0.1 * jnp.tanh(g) * p, True),
     (lambda p, g: p[::-1] * 2.0 + g, False),
     (lambda p, g: p @ g, False),
-    (lambda p, g: (p * 2.0, p + g), False),
+    (lambda p, g: (p * 2.0, p + g), True),  # one tasklet reads p[i], then writes both
+    (lambda p, g: (p * 2.0, p[::-1] + g), False),
     (lambda p, g: p - jnp.sum(p), False),
-], ids=["elementwise", "reversed", "matmul", "read-after-write", "two-maps"])
+], ids=["elementwise", "reversed", "matmul", "two-results", "read-elsewhere", "two-maps"])
 @pytest.mark.parametrize("outer_donates", [True, False], ids=["donated", "kept"])
 def test_donation(f, in_place, outer_donates):
     """A donated argument's buffer takes a result inside jax.jit where the program reads
