@@ -91,8 +91,19 @@ def outlined_functions(code: str, library: str, functions: Sequence[tuple[str, l
         body = code[begin:end]
         if _UNSHAREABLE_WORD.search(body) or any(p not in declared for p in parameters):
             return None
+        # an array of bool that the block only indexes is read as bytes, as the program's
+        # own function reads it (``_local``): a loop that selects by a mask vectorises
+        locals_, names = [], {}
+        for p in parameters:
+            pointer = declared[p].replace("__restrict__", "").strip()
+            if _BOOL_POINTER.match(pointer) and _indexed_only(
+                    body, list(re.finditer(rf"\b{p}\b", body))):
+                names[p] = f"{p}_bools"
+                locals_.append(_local(p, pointer, names[p], True))
         signature = (f'__attribute__((visibility("hidden"), noinline)) void {name}('
-                     + ", ".join(f"{declared[p]} {p}" for p in parameters) + ")")
+                     + ", ".join(f"{declared[p]} {names.get(p, p)}" for p in parameters) + ")")
+        if locals_:
+            body = "{" + "".join(locals_) + "\n" + body + "\n}"
         definitions.append(f"{signature}\n{body}\n")
     return definitions
 

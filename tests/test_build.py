@@ -282,6 +282,37 @@ def test_a_shared_block_reads_bool_arrays_it_only_indexes_as_bytes():
     assert "__h2d_shared0_p(n, x, __state->__0_n, __state->__0_m);" in main
 
 
+def test_an_outlined_scope_reads_bool_arrays_it_only_indexes_as_bytes(private_cache):
+    """NPBench's mandelbrot2: a loop unrolled twice selects complex values by a carried
+    mask, so its map is outlined (``sdfg_repeats``). The function reads the mask as
+    bytes, as the program's own function does: with ``bool *`` parameters GCC 12
+    vectorised no loop of it, and NPBench's program took 5x as long."""
+    c = (np.linspace(-2, 0.5, 200)[:, None] + 1j * np.linspace(-1, 1, 200)[None, :]).ravel()
+
+    def escape(c):
+        def step(i, state):  # NPBench's body
+            z, c, n, last, mask = state
+            z = z * z + c
+            out = (jnp.abs(z) > 2.0) & mask
+            mask = mask & ~out
+            return (jnp.where(mask, z, 0), c, jnp.where(out, i + 1, n),
+                    jnp.where(out, z, last), mask)
+
+        return jax.lax.fori_loop(0, 9, step, (jnp.zeros_like(c), c, jnp.zeros(c.shape, int),
+                                               jnp.zeros_like(c), jnp.ones(c.shape, bool)))
+
+    compiled = hlo2dace.jit(escape).lower(c).compile()
+    folder = compiled.program.folder / "build" / "src" / "cpu"
+    code = "".join(p.read_text() for p in folder.glob("*.cpp"))
+    masked = [m for m in re.finditer(r"noinline\)\) void __h2d_repeat\w+\(([^)]*)\)\n\{", code)
+              if "bool * __restrict__" in m.group(1)]
+    assert masked, "the loop's map is outlined, with its masks"
+    for definition in masked:
+        body = code[definition.end():code.index("\n}\n", definition.end())]
+        assert "= reinterpret_cast<uint8_t *>(" in body
+    assert_arrays_match(jax.jit(escape)(c), compiled(c))
+
+
 def repeated_layers(x, ws):
     """A model whose Python loop repeats a layer. Its operations are exact in vector and
     scalar code alike: GCC vectorises more loops of small functions than of one large
