@@ -296,7 +296,7 @@ class Gathered(_Binding):
     elementwise maps that read it compute the start index and load the operand element
     themselves (as XLA fuses a gather into its consumers), so the gathered values never
     reach memory. Anything else gets it materialised into an array (once, remembered in
-    ``materialised``). ``starts``: the clamped start index along each of
+    ``materialised``). ``starts``: the start index (clamped where read) along each of
     ``start_index_map``'s dimensions, as values of this binding's shape; ``position``:
     per operand dimension, the number of its start (None: none) and the axis of this
     binding's index added to it (the batch position or the offset in the window)."""
@@ -304,7 +304,6 @@ class Gathered(_Binding):
     operand: Union[Array, View]
     starts: tuple
     limits: tuple[int, ...]  # the largest start along each start dimension
-    unsigned: tuple[bool, ...]  # whether each start is read from an unsigned index
     position: tuple
     origin: str  # the gather's op comment, for the profiler's attribution
     type: ir.TensorType
@@ -316,7 +315,7 @@ class Gathered(_Binding):
                          for start, axis in self.position)
         return Gathered(self.operand, tuple(view_of(s, axes, ir.TensorType(t.shape, s.type.element))
                                             for s in self.starts),
-                        self.limits, self.unsigned, position, self.origin, t)
+                        self.limits, position, self.origin, t)
 
     def holds(self, array: str) -> bool:
         return any(part.holds(array) for part in (self.operand, *self.starts,

@@ -382,7 +382,7 @@ class Builder:
                                              {}, in_edges)
                 expressions.append(recompute.value(binding, map_params(rank)))
                 lines.extend(recompute.lines)
-                inputs.update({conn: memlet for _, conn, memlet, _ in in_edges})
+                inputs.update({conn: memlet for _, conn, memlet in in_edges})
                 continue
             binding = self.readable(value)
             element = dtypes.of(value.type)

@@ -16,7 +16,6 @@ from .. import ir
 from . import dtypes, registry
 from .bindings import (
     Array,
-    Axis,
     Binding,
     ElementwiseCluster,
     Gathered,
@@ -261,7 +260,7 @@ def _emit_map(emit: Emitter, cluster: ElementwiseCluster, outputs: dict,
                                 debuginfo=debuginfo)
     if entry is not None and not code.in_edges:
         state.add_nedge(entry, tasklet, dace.Memlet())  # keep it inside the map scope
-    for source, conn, memlet, _ in code.in_edges:
+    for source, conn, memlet in code.in_edges:
         if entry is not None:
             state.add_memlet_path(source, entry, tasklet, dst_conn=conn, memlet=memlet,
                                   propagate=False)
@@ -301,7 +300,7 @@ def _member_operand(emit: Emitter, cluster: ElementwiseCluster, binding: Binding
     if memlet not in code.reads:
         code.reads[memlet] = conn
         code.in_conns[conn] = element.storage
-        code.in_edges.append((emit.read(binding.data), conn, dace.Memlet(memlet), True))
+        code.in_edges.append((emit.read(binding.data), conn, dace.Memlet(memlet)))
     return element.load(code.reads[memlet])
 
 
@@ -327,8 +326,7 @@ class Recompute:
         if isinstance(binding, Gathered) and not binding.materialised:
             return self._gather(binding, point)
         if isinstance(binding, Gathered):
-            binding = View(binding.materialised[0], tuple(map(Axis, range(len(point)))),
-                           binding.type)
+            binding = binding.materialised[0]
         if self._recomputed(binding):
             return self._compute(binding, point)
         if isinstance(binding, Pending):
@@ -345,7 +343,7 @@ class Recompute:
         conn = f"{self.prefix}{len(self.in_conns)}"
         self.in_conns[conn] = element.storage
         self.in_edges.append((self.emit.read(binding.data), conn,
-                              dace.Memlet(f"{binding.data}[{', '.join(subscripts)}]"), True))
+                              dace.Memlet(f"{binding.data}[{', '.join(subscripts)}]")))
         return element.load(conn)
 
     def _pointer(self, array: Array) -> str:
@@ -359,7 +357,7 @@ class Recompute:
         self.in_conns[conn] = dace.pointer(dtypes.of(array.type).storage)
         full = ", ".join(f"0:{n}" for n in array.type.shape) or "0"
         self.in_edges.append((self.emit.read(array.name), conn,
-                              dace.Memlet(f"{array.name}[{full}]"), True))
+                              dace.Memlet(f"{array.name}[{full}]")))
         return conn
 
     def _gather(self, gathered: Gathered, point: list[str]) -> str:
@@ -367,9 +365,9 @@ class Recompute:
         clamped, and the operand element they select, read through a pointer."""
         key = (id(gathered), tuple(point))
         if key not in self.done:
-            starts = [clamp_index(self.value(start, point), unsigned, largest)
-                      for start, unsigned, largest in zip(gathered.starts, gathered.unsigned,
-                                                          gathered.limits)]
+            starts = [clamp_index(self.value(start, point), ir.is_unsigned(start.type.element),
+                                  largest) for start, largest in zip(gathered.starts,
+                                                                      gathered.limits)]
             position = []
             for start, axis in gathered.position:
                 offset = axes_point((axis,), point)[0]
@@ -431,7 +429,7 @@ def emit_recomputed(emit: Emitter, binding, target: Array, resolve: Resolve) -> 
         code = "\n".join([*recompute.lines, f"__out = {element.store(expression)};"])
         subset = ", ".join(map_params(t.rank)) if t.rank else "0"
         tasklet = emit.map("recompute", t.shape, code,
-                           {conn: memlet for _, conn, memlet, _ in in_edges},
+                           {conn: memlet for _, conn, memlet in in_edges},
                            {"__out": dace.Memlet(f"{target.name}[{subset}]")},
                            work_per_element=len(recompute.lines) + 1)
         for conn, kind in in_conns.items():
@@ -459,7 +457,7 @@ def _read_pieces(emit: Emitter, pieces: Pieces, conn: str, element, rank: int,
         subset = ", ".join(part.subscripts(rank, point))
         in_conns[f"{conn}_{j}"] = element.storage
         in_edges.append((emit.read(part.data), f"{conn}_{j}",
-                         dace.Memlet(f"{part.data}[{subset}]"), True))
+                         dace.Memlet(f"{part.data}[{subset}]")))
         choices.append(element.load(f"{conn}_{j}"))
     expression = choices[-1]
     for (_, end), choice in reversed(list(zip(pieces.extents(), choices))[:-1]):

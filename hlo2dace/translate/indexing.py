@@ -186,7 +186,6 @@ def _lazy_gather(b: Builder, op: ir.Op, source: Array | View, dims: _GatherDimen
             position.append((start, Axis(next(offsets))))
     return Gathered(source, tuple(starts),
                     tuple(operand.type.shape[d] - sizes[d] for d in start_index_map),
-                    (ir.is_unsigned(indices.type.element),) * len(start_index_map),
                     tuple(position), b.emit.origin(), t)
 
 
