@@ -39,6 +39,15 @@ def thread_environment(threads: int | None, env: dict[str, str] | None = None) -
     return env
 
 
+def blas_kernels() -> str:
+    """Which OpenBLAS kernels the measured programs ran, for a document's machine line:
+    an ``OPENBLAS_CORETYPE`` in the environment (Haswell: AVX2 even on an AVX-512 CPU,
+    where XLA's own kernels use AVX-512) changes every BLAS-bound ratio."""
+    core = os.environ.get("OPENBLAS_CORETYPE")
+    return (f"OpenBLAS's {core} kernels (`OPENBLAS_CORETYPE={core}` in the environment)"
+            if core else "OpenBLAS's kernels for this CPU")
+
+
 def interleaved(calls: dict[str, tuple[Callable, Callable | None]], budget: float,
                 rounds: int = 3) -> dict[str, float]:
     """Per name, the best of ``rounds`` medians of its ``(call, setup)`` (``median_seconds``),

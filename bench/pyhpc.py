@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness import thread_environment
+from harness import blas_kernels, thread_environment
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 BENCHMARKS = {  # name -> (module prefix, JAX entry point)
@@ -115,7 +115,7 @@ def write(rows: list[dict]) -> None:
         "in the same run; ratio = hlo2dace / XLA (below 1: hlo2dace is faster). `first call`: the",
         "first `hlo2dace.jit` call with an empty cache (translation, optimisation, C++ build).",
         f"Machine: {os.cpu_count()} cores; load average at the end "
-        f"{os.getloadavg()[0]:.1f}. hlo2dace's optimisation level: "
+        f"{os.getloadavg()[0]:.1f}; {blas_kernels()}. hlo2dace's optimisation level: "
         f"`{os.environ.get('HLO2DACE_OPTIMIZE') or 'default'}`.",
         "",
         "| benchmark | threads | size | NumPy | XLA | hlo2dace | ratio | first call s "

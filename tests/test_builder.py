@@ -132,15 +132,17 @@ def test_concatenations_read_by_elementwise_ops_are_not_written():
 
 def stencil_and_reductions(u, w):
     """Slices, a transpose, broadcasts, a product and reductions: maps whose memlets read
-    at the map's point, at an offset, or whole arrays."""
+    at the map's point, at offsets, mirrored, strided, or whole arrays."""
     flux = u[1:, :] - u[:-1, :]
     v = (flux[1:] - flux[:-1]) * 0.5 + u[1:-1].T[:, ::-1].T
-    return v @ w, jnp.sum(v, axis=0), jnp.max(v * v[:, :1], axis=1), jnp.cumsum(u, axis=1)
+    return (v @ w, jnp.sum(v, axis=0), jnp.max(v * v[:, :1], axis=1), jnp.cumsum(u, axis=1),
+            jnp.exp(u[::2, ::3]))
 
 
 def test_outer_memlets_are_those_of_dace_s_propagation():
-    """The builder propagates memlets at the map's point itself (``emitter.point_subset``):
-    the outer memlets of every map are what DaCe's propagation finds."""
+    """The builder propagates memlets at the map's point or an offset from it itself
+    (``emitter.point_subset``), strided ones through DaCe: the outer memlets of every map
+    are what DaCe's propagation finds."""
     from dace.sdfg.propagation import propagate_subset
 
     from hlo2dace.translate.emitter import point_subset

@@ -463,6 +463,33 @@ def test_blas_calls(dtype):
     assert_matches_jax(f, x, y, u, long, batch, rtol=rtol, atol=rtol)
 
 
+@pytest.mark.parametrize("alpha", [1.5, -0.25, 0.0, np.inf, np.nan],
+                         ids=["1.5", "-0.25", "0", "inf", "nan"])
+@pytest.mark.parametrize("dtype", (np.float32, np.float64), ids=dtype_id)
+def test_scalar_factors_become_blas_alpha(dtype, alpha):
+    """``alpha * A @ B``, ``A @ (B * alpha)``, ``alpha * A @ x`` and a constant's product:
+    the BLAS call scales its sum (alpha), and nothing writes the scaled matrix. An alpha of
+    0, inf or NaN scales a copy first, as XLA computes ``(alpha * A) @ B``: 0 * inf is NaN,
+    and OpenBLAS would skip a product whose alpha is 0."""
+    a = operand(dtype, (60, 80))
+    a[3, 4], a[5] = np.inf, 0  # NaN where 0 * inf, inf * 0
+    b = operand(dtype, (80, 70), seed=1)
+    x = operand(dtype, (80,), seed=2)
+    v = operand(dtype, (5000,), seed=3)
+    c = operand(dtype, (60, 80), seed=4)
+    scale = dtype(alpha)
+
+    def f(scale, a, b, c, x, v):
+        return {"lhs": scale * a @ b, "rhs": a @ (b * scale), "gemv": scale * c @ x,
+                "dot": scale * v @ v, "constant": 2.5 * a @ b}
+
+    code = "\n".join(t.code.as_string for t in _tasklets(f, scale, a, b, c, x, v))
+    assert code.count("__blas_alpha = __alpha;") == 4, code
+    assert "h2d::mul" not in code.replace("__scaled[__s] = h2d::mul", ""), code
+    rtol = {np.dtype(np.float32): 2e-4, np.dtype(np.float64): 1e-12}[np.dtype(dtype)]
+    assert_matches_jax(f, scale, a, b, c, x, v, rtol=rtol, atol=rtol, signed_zeros=False)
+
+
 @pytest.mark.parametrize("dtype", (np.float32, np.complex64, np.complex128), ids=dtype_id)
 def test_without_openblas(dtype, monkeypatch, tmp_path):
     """Without OpenBLAS every product is the loop nest, which handles floats and complex

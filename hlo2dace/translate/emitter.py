@@ -409,9 +409,10 @@ class Emitter:
 def point_subset(memlets: Sequence[dace.Memlet], the_map: dace.nodes.Map, use_dst: bool
                  ) -> dace.subsets.Range | None:
     """What ``memlets`` (inside ``the_map``, all of one array) access over the whole map,
-    as DaCe's propagation finds it, when each of their dimensions is one of the map's
-    parameters (the parameter's range) or free of them (itself), in a map of constant
-    ranges; else None."""
+    as DaCe's propagation finds it, when each of their dimensions is free of the map's
+    parameters (itself) or one parameter plus or minus an offset (the parameter's range
+    moved, or mirrored), in a map of constant ranges; else None. Memlets at different
+    offsets (a stencil's reads) give the bounding box of their subsets, as DaCe's union."""
     ranges = the_map.range.ranges
     if not all(isinstance(v, (int, np.integer)) or getattr(v, "is_Integer", False)
                for r in ranges for v in r):
@@ -426,16 +427,31 @@ def point_subset(memlets: Sequence[dace.Memlet], the_map: dace.nodes.Map, use_ds
             return None
         dims = []
         for begin, end, step in subset.ranges:
-            names = {str(s) for s in dace.symbolic.symlist(begin)} | \
-                {str(s) for s in dace.symbolic.symlist(end)}
-            if not names & params.keys():
+            symbols = dace.symbolic.symlist(begin) | dace.symbolic.symlist(end)
+            used = [s for name, s in symbols.items() if name in params]
+            if not used:
                 dims.append((begin, end, step))
-            elif begin == end and str(begin) in params:
-                dims.append(ranges[params[str(begin)]])
+            elif len(used) == 1 and begin == end and (moved := _moved_range(
+                    begin, used[0], ranges[params[str(used[0])]], params)) is not None:
+                dims.append(moved)
             else:
                 return None
         subset = dace.subsets.Range(dims)
-        if found is not None and found != subset:
+        found = subset if found is None else dace.subsets.union(found, subset)
+        if found is None:
             return None
-        found = subset
     return found
+
+
+def _moved_range(index, param, param_range, params) -> tuple | None:
+    """The range ``index`` (``param + c`` or ``c - param``, ``c`` free of the map's
+    parameters) takes over ``param_range``, as DaCe's affine memlet pattern writes it."""
+    first, last, step = param_range
+    if index == param:
+        return param_range
+    for sign in (1, -1):
+        offset = index - sign * param
+        if not {str(s) for s in offset.free_symbols} & params.keys():
+            begin, end = offset + sign * first, offset + sign * last
+            return (begin, end, step) if sign > 0 else (end, begin, 1)
+    return None

@@ -22,7 +22,8 @@ does (XLA's CPU rejects the algorithms that would change precision).
 * f32/f64 and larger complex products go to OpenBLAS (cblas_?gemm, ?gemv when M or N is
   1, ?dot / ?dotu_sub when both are), one call per batch element, from a tasklet that
   loops over the batch; f16/bf16 and mixed float products are converted by their copy
-  and take the same path.
+  and take the same path. An operand that is a scalar times a matrix, read by nothing
+  else (``alpha * A @ B``), is never written: BLAS's alpha scales the sum.
 * Integers, booleans (OR of ANDs) and everything when OpenBLAS is missing are a loop nest
   in one tasklet, parallel over result rows: either blocks of a result row accumulated in
   registers while streaming rows of B (when B's free dimension is contiguous), or one
@@ -43,10 +44,20 @@ from typing import Sequence, Union
 
 import dace
 import ml_dtypes
+import numpy as np
 
 from .. import ir, symbolic
 from . import dtypes
-from .bindings import Array, Binding, Literal, View, cpp_size, dace_shape, map_params
+from .bindings import (
+    Array,
+    Binding,
+    Literal,
+    Pending,
+    View,
+    cpp_size,
+    dace_shape,
+    map_params,
+)
 from .builder import Builder
 from .cpp import Loop, Writer
 from .dtypes import ElementType
@@ -383,12 +394,15 @@ def _outer_product(b: Builder, op: ir.Op, product: _Product, compute: ElementTyp
 
 
 def _arrange(b: Builder, op: ir.Op, product: _Product, fits,
-             convert: tuple[ElementType, ElementType] | None
+             convert: tuple[ElementType, ElementType] | None,
+             values: Sequence[ir.Value] | None = None
              ) -> tuple[tuple[Operand, Operand], tuple]:
-    """Both operands, and the order of the contracting pairs: each read in place where
-    ``fits(side, operand, order)`` accepts it (and it holds ``convert``'s storage type),
-    else copied once into the layout batch x free x K (lhs) or batch x K x free (rhs)."""
-    in_place = [strided_operand(b.readable(v)) for v in op.operands]
+    """Both operands (``values``, else ``op``'s), and the order of the contracting pairs:
+    each read in place where ``fits(side, operand, order)`` accepts it (and it holds
+    ``convert``'s storage type), else copied once into the layout batch x free x K (lhs)
+    or batch x K x free (rhs)."""
+    values = list(values or op.operands)
+    in_place = [strided_operand(b.readable(v)) for v in values]
     for side, operand in enumerate(in_place):
         if (operand is not None and convert is not None
                 and precision_key(operand.element) != precision_key(convert[1])):
@@ -406,7 +420,7 @@ def _arrange(b: Builder, op: ir.Op, product: _Product, fits,
                  next((o for o in orders if accepted(0, o) or accepted(1, o)),
                       product.contract))
     operands = []
-    for side, value in enumerate(op.operands):
+    for side, value in enumerate(values):
         if accepted(side, order):
             operands.append(in_place[side])
             continue
@@ -466,11 +480,15 @@ def _blas_product(b: Builder, op: ir.Op, product: _Product,
             return _matrix(m, free, k, contract) is not None
         return _matrix(k, contract, n, free) is not None
 
-    (a, x), order = _arrange(b, op, product, fits, convert)
-    _, a_free, a_k = product.groups(0, a, order)
-    _, x_free, x_k = product.groups(1, x, order)
     result = dtypes.of(op.result.type)
     direct = precision_key(accumulate) == precision_key(result)
+    values, inputs, outputs = list(op.operands), {}, {}
+    scaled = _scaled_operand(b, op, target) if direct and not accumulate.is_complex else None
+    if scaled is not None:
+        side, values[side], scale = scaled
+    (a, x), order = _arrange(b, op, product, fits, convert, values)
+    _, a_free, a_k = product.groups(0, a, order)
+    _, x_free, x_k = product.groups(1, x, order)
     out = target if direct else b.emit.add_array(
         "dot_sum", ir.TensorType(tuple(op.result.type.shape), accumulate.element))
     prefix = BLAS_TYPES[accumulate.element]
@@ -480,6 +498,9 @@ def _blas_product(b: Builder, op: ir.Op, product: _Product,
         alpha, beta = "&__one", "&__zero"
     else:
         alpha, beta = "1", "0"
+    if scaled is not None:
+        alpha = _scale_by(b, code, scale, (a, x)[side], "__a" if side == 0 else "__b",
+                          inputs, outputs)
     indices = [f"__b{j}" for j in range(len(product.batch))]
     pa, px, pc = (f"{p} + ({offset})" for p, offset in
                   zip(("__a", "__b", "__c"), product.offsets((a, x), indices)))
@@ -490,7 +511,7 @@ def _blas_product(b: Builder, op: ir.Op, product: _Product,
             if accumulate.is_complex:
                 code.line(f"cblas_{prefix}dotu_sub({vectors}, {pc});")
             else:
-                code.line(f"*({pc}) = cblas_{prefix}dot({vectors});")
+                code.line(f"*({pc}) = {alpha} * cblas_{prefix}dot({vectors});")
         elif n == 1:  # y = A x
             transposed, ld = _matrix(m, a_free, k, a_k)
             rows, cols = (k, m) if transposed else (m, k)
@@ -511,12 +532,84 @@ def _blas_product(b: Builder, op: ir.Op, product: _Product,
                       f"{beta}, {pc}, {n});")
         if accumulate.is_complex and k > 1:
             code.line(f"h2d::no_negative_zero_sums({pc}, {m * n});")
-    b.emit.map("blas", (), code.text(), {"__a": Whole(a.array), "__b": Whole(x.array)},
-               {"__c": Whole(out)}, environments=[OpenBLAS.full_class_path()])
+    b.emit.map("blas", (), code.text(), {"__a": Whole(a.array), "__b": Whole(x.array), **inputs},
+               {"__c": Whole(out), **outputs}, environments=[OpenBLAS.full_class_path()])
     if not direct:
         _sequential_map(b, "dot_result", op.result.type, {"__in": Element(out)},
                         f"__out = {stored('__in', accumulate, result)};",
                         {"__out": Element(target)})
+
+
+def _scaled_operand(b: Builder, op: ir.Op, target: Array
+                    ) -> tuple[int, ir.Value, ir.Value] | None:
+    """``(side, matrix, scalar)`` where operand ``side`` is ``scalar * matrix`` (a multiply
+    by a broadcast 0-d value or a splat constant, in the product's type) that only this
+    product reads and that is not written yet: the product scales its sum instead (BLAS's
+    alpha), one pass over the matrix and its copy fewer (``alpha * A @ B``; XLA writes
+    ``alpha * A``). Its cluster is told not to write it (``absorbed``). Not when the
+    product writes the matrix's array."""
+    scope = b.scope
+    for side, value in enumerate(op.operands):
+        producer, binding = scope.producers.get(value.name), b.binding(value)
+        if (producer is None or producer.name != "stablehlo.multiply"
+                or producer.result.type.element != op.result.type.element
+                or not isinstance(binding, Pending) or not binding.unresolved
+                or binding.cluster.closed or value.name in scope.destinations
+                or not scope.only_user(value, op)
+                or sum(v.name == value.name for v in op.operands) != 1):
+            continue
+        for k, factor in enumerate(producer.operands):
+            scalar = _broadcast_scalar(b, factor)
+            matrix = producer.operands[1 - k]
+            if scalar is not None and not b.binding(matrix).holds(target.name) \
+                    and not b.binding(scalar).holds(target.name):
+                binding.cluster.absorbed.add(binding.key)
+                return side, matrix, scalar
+    return None
+
+
+def _broadcast_scalar(b: Builder, value: ir.Value) -> ir.Value | None:
+    """The 0-d value that ``value`` broadcasts, or ``value`` itself if it is a splat
+    constant; else None."""
+    producer = b.scope.producers.get(value.name)
+    if producer is None:
+        return None
+    if producer.name == "stablehlo.broadcast_in_dim" and producer.operands[0].type.rank == 0:
+        return producer.operands[0]
+    binding = b.binding(value)
+    if producer.name == "stablehlo.constant" and binding.is_literal \
+            and np.ndim(binding.value) == 0:
+        return value
+    return None
+
+
+def _scale_by(b: Builder, code: Writer, scalar: ir.Value, operand: Operand, pointer: str,
+              inputs: dict, outputs: dict) -> str:
+    """BLAS's alpha for a product whose ``operand`` (read through ``pointer``) is scaled by
+    ``scalar``. ``alpha * (A B)`` is ``(alpha A) B`` but for rounding, except where alpha
+    is zero, infinite or NaN (0 * inf, and OpenBLAS skips the product when alpha is 0):
+    then the operand's array is scaled into a copy that the product reads instead."""
+    element = dtypes.of(scalar.type)
+    binding = b.readable(scalar)
+    if binding.is_literal:
+        value = float(binding.value)
+        if math.isfinite(value) and value != 0:
+            return literal(binding.value, element)
+    code.line(f"const {element.compute} __alpha = "
+              f"{literal(binding.value, element) if binding.is_literal else '__scale'};")
+    if not binding.is_literal:
+        inputs["__scale"] = Element(binding)
+    copy = b.emit.add_array("scaled", operand.array.type)
+    outputs["__scaled"] = Whole(copy)
+    size = operand.array.type.size
+    code.line(f"{element.compute} __blas_alpha = __alpha;",
+              "if (!std::isfinite(__alpha) || __alpha == 0) {",
+              f"    for (int64_t __s = 0; __s < {size}; ++__s)",
+              f"        __scaled[__s] = h2d::mul(__alpha, {pointer}[__s]);",
+              f"    {pointer} = __scaled;",
+              "    __blas_alpha = 1;",
+              "}")
+    return "__blas_alpha"
 
 
 def _symbolic_product(b: Builder, op: ir.Op, product: _Product,
