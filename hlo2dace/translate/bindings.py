@@ -388,17 +388,26 @@ def recomputed_reads(binding: Union[Pending, PendingView], budget: int,
     concatenations, values in arrays, and with ``shared_expensive`` pending values of
     expensive ops with other users, to be written first), or None if it takes more than
     ``budget`` ops, or with ``pointwise`` if it reads a view of a pending value (then what
-    it reads is not read at the point it computes, through the views above)."""
-    reads, stack, ops = [], [binding], 0
+    it reads is not read at the point it computes, through the views above). An op counts
+    once per point it is computed at, as ``fusion.Recompute`` emits it: a value that two
+    ops read at one point (``where(r * d > 0, 0, r)``) is computed once."""
+    reads, ops, seen = [], 0, set()
+    stack = [(binding, tuple(map_params(binding.type.rank)))]
     while stack:
-        item = stack.pop()
-        if pointwise and isinstance(item, PendingView):
-            return None
+        item, point = stack.pop()
+        if isinstance(item, PendingView):
+            if pointwise:
+                return None
+            point = tuple(axes_point(item.axes, point))
         if item.is_pending:
             item = item.pending
         if not (item.is_pending and item.unresolved):
             reads.append(item)
             continue
+        key = (item.key, point if item.type.rank else ())
+        if key in seen:
+            continue
+        seen.add(key)
         op = item.scope.producers[item.value.name]
         if (shared_expensive and item is not binding and registry.record(op.name).expensive
                 and len(item.scope.uses.get(item.value.name, ())) > 1):
@@ -407,5 +416,5 @@ def recomputed_reads(binding: Union[Pending, PendingView], budget: int,
         ops += 1
         if ops > budget:
             return None
-        stack.extend(item.scope.env[v.name] for v in op.operands)
+        stack.extend((item.scope.env[v.name], point) for v in op.operands)
     return reads
