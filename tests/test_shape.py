@@ -327,6 +327,29 @@ def test_dynamic_slice_clamping(index_dtype):
             assert_arrays_match(expected[key], actual[key], where=f"{key} at {(i, j)}")
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32], ids=dtype_id)
+def test_dynamic_slices_read_by_elementwise_ops_are_read_in_place(dtype):
+    """NPBench's vadv: a loop reads planes ``u[:, :, k]`` of arrays it does not write.
+    Its elementwise maps read each plane in place (a ``Gathered`` binding); no map copies
+    one (``w``'s). A plane of the carried array, and one a reduction reads too, are still
+    copied first, and every result is XLA's."""
+    u = sample(dtype, (5, 6, 7))
+    w = sample(dtype, (5, 6, 7), seed=1)
+
+    def f(u, w):
+        def body(k, carry):
+            acc, total = carry
+            plane = u[:, :, k] * 2 + w[:, :, k + 1] - acc[:, :, k - 1]
+            return acc.at[:, :, k].set(plane), total + jnp.max(w[:, :, k])
+        return lax.fori_loop(1, 6, body, (jnp.zeros_like(u), jnp.zeros((), dtype)))
+
+    sdfg = hlo2dace.jit(f).lower(u, w).as_sdfg()
+    copies = [n.label for n, _ in sdfg.all_nodes_recursive()
+              if type(n).__name__ == "MapEntry" and n.label.startswith("dynamic_slice")]
+    assert len(copies) == 2, copies  # acc[:, :, k - 1], and w[:, :, k] for the maximum
+    assert_matches_jax(f, u, w)
+
+
 DYNAMIC_TEXT = """
 func.func @main(%x: tensor<5x6xf32>, %u: tensor<2x2xf32>, %i: tensor<{t}>, %j: tensor<{t}>)
     -> (tensor<2x3xf32>, tensor<5x6xf32>) {{

@@ -112,7 +112,7 @@ def gather(b: Builder, op: ir.Op) -> list[Binding]:
     if source.is_literal:
         return [Literal(source.value, t)]
     if (b.level.fuse and t.rank and t.size and op.result.name not in b.scope.destinations
-            and _read_elementwise(b.scope, op.result)):
+            and registry.read_elementwise(b.scope, op.result)):
         return [_lazy_gather(b, op, source, dims, sizes)]
     target = b.allocate_result(op.result)
     if t.size == 0:
@@ -137,21 +137,6 @@ def gather(b: Builder, op: ir.Op) -> list[Binding]:
                {conn: Whole(array) for conn, array in arrays.items()},
                {"__out": Element(target)})
     return [target]
-
-
-#: ops that ``shape._view`` turns into views: a gather read through them stays lazy
-_VIEW_OPS = frozenset({"stablehlo.reshape", "stablehlo.broadcast_in_dim",
-                       "stablehlo.transpose", "stablehlo.slice", "stablehlo.reverse"})
-
-
-def _read_elementwise(scope, value: ir.Value, depth: int = 3) -> bool:
-    """Whether every op of ``scope`` that uses ``value`` is elementwise, or a view op whose
-    result only such ops read (``depth`` views deep)."""
-    users = scope.uses.get(value.name, ())
-    return bool(users) and all(
-        registry.elementwise_rule(user) is not None
-        or user.name in _VIEW_OPS and depth and len(user.results) == 1
-        and _read_elementwise(scope, user.results[0], depth - 1) for user in users)
 
 
 def _lazy_gather(b: Builder, op: ir.Op, source: Array | View, dims: _GatherDimensions,

@@ -23,7 +23,8 @@ A record holds:
 * ``identity``: as the one op of a reducer body, its exact identity per element type, so
   that a reduction may fold in any grouping (lanes, chunks);
 * ``scalar_alias``: on one element, its result is its first operand (reshapes and
-  broadcasts inside reducer bodies and comparators).
+  broadcasts inside reducer bodies and comparators);
+* ``view``: its result re-indexes its operand (slices, transposes, broadcasts).
 """
 
 from __future__ import annotations
@@ -81,6 +82,9 @@ class OpRecord:
     #: ``identity(element)`` -> the exact identity for the ``ElementType``, or None
     identity: Callable | None = None
     scalar_alias: bool = False
+    #: the result is its operand re-indexed (``shape._view``): a value bound lazily (a
+    #: pending value, a gather) stays lazy through it
+    view: bool = False
 
     def translator(self, target: str) -> Callable | None:
         return self.translators.get(target)
@@ -148,6 +152,17 @@ def elementwise_rule(op: ir.Op) -> ElementwiseRule | None:
     if rule is None or (rule.when is not None and not rule.when(op)):
         return None
     return rule
+
+
+def read_elementwise(scope, value: ir.Value, depth: int = 3) -> bool:
+    """Whether every op of ``scope`` that uses ``value`` is elementwise, or a view whose
+    result only such ops read (``depth`` views deep): then a value bound lazily may be
+    computed by its readers' maps."""
+    users = scope.uses.get(value.name, ())
+    return bool(users) and all(
+        elementwise_rule(user) is not None
+        or record(user.name).view and depth and len(user.results) == 1
+        and read_elementwise(scope, user.results[0], depth - 1) for user in users)
 
 
 def translator(op: ir.Op, target: str = DEFAULT_TARGET) -> Callable:

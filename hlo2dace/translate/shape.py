@@ -28,11 +28,12 @@ from .bindings import (
     cpp_size,
     flat_index,
     map_params,
+    view_of,
 )
 from .builder import Builder, Reader
 from .emitter import Element, Value, Whole
 from .known import result_dtype
-from .registry import define, register, register_elementwise
+from .registry import define, read_elementwise, register, register_elementwise
 
 
 def _view(b: Builder, operand: ir.Value, result: ir.Value, axes: list[Axis]) -> list[Binding]:
@@ -160,7 +161,7 @@ define("stablehlo.dynamic_broadcast_in_dim", shape_rule=_dynamic_broadcast_shape
 
 
 @register("stablehlo.broadcast_in_dim", known=_known_broadcast, shape_rule=_broadcast_shape,
-          value_rule=_broadcast_values, scalar_alias=True)
+          value_rule=_broadcast_values, scalar_alias=True, view=True)
 @register("stablehlo.broadcast")
 def broadcast_in_dim(b: Builder, op: ir.Op) -> list[Binding]:
     """``broadcast`` (the older form) prepends the ``broadcast_sizes`` dimensions."""
@@ -183,7 +184,7 @@ def _transpose_shape(inference, op, operands, shapes, knowns, env):
 
 
 @register("stablehlo.transpose", known=lambda op, operand: operand(0).transpose(
-    [int(d) for d in op.attr("permutation")]), shape_rule=_transpose_shape)
+    [int(d) for d in op.attr("permutation")]), shape_rule=_transpose_shape, view=True)
 def transpose(b: Builder, op: ir.Op) -> list[Binding]:
     permutation = op.attr("permutation")
     axes = [Axis(permutation.index(d)) for d in range(len(permutation))]
@@ -205,7 +206,7 @@ def _slice_values(op, knowns, shapes):
     return list(knowns[0][start:limit:stride])
 
 
-@register("stablehlo.slice", known=_known_slice, value_rule=_slice_values)
+@register("stablehlo.slice", known=_known_slice, value_rule=_slice_values, view=True)
 def slice_(b: Builder, op: ir.Op) -> list[Binding]:
     starts, strides = op.attr("start_indices"), op.attr("strides")
     axes = [Axis(d, stride, start) for d, (start, stride) in enumerate(zip(starts, strides))]
@@ -213,7 +214,8 @@ def slice_(b: Builder, op: ir.Op) -> list[Binding]:
 
 
 @register("stablehlo.reverse", known=lambda op, operand: np.flip(
-    operand(0), [int(d) for d in op.attr("dimensions")]), shape_rule=symbolic.same_shapes)
+    operand(0), [int(d) for d in op.attr("dimensions")]), shape_rule=symbolic.same_shapes,
+          view=True)
 def reverse(b: Builder, op: ir.Op) -> list[Binding]:
     shape = op.result.type.shape
     reversed_dims = set(op.attr("dimensions"))
@@ -248,7 +250,7 @@ def same_values(op, knowns, shapes):
 
 @register("stablehlo.reshape",
           known=lambda op, operand: operand(0).astype(result_dtype(op)),
-          shape_rule=_reshape_shape, value_rule=same_values, scalar_alias=True)
+          shape_rule=_reshape_shape, value_rule=same_values, scalar_alias=True, view=True)
 def reshape(b: Builder, op: ir.Op) -> list[Binding]:
     """A view where only unit dimensions come or go; otherwise one map that reads each
     element where it lies (through a view's source too), so no copy precedes it."""
@@ -360,8 +362,22 @@ def _window_shape(inference, op, operands, shapes, knowns, env):
 
 @register("stablehlo.dynamic_slice", shape_rule=_window_shape)
 def dynamic_slice(b: Builder, op: ir.Op) -> list[Binding]:
+    """A window at run-time starts. Read only by elementwise ops, of an array that no
+    result of this scope is written into, it is bound lazily (``Gathered``): its readers'
+    maps read the window's elements in place (a loop's ``u[:, :, k]`` is never copied);
+    else one map copies it."""
     operand, *start_values = op.operands
     sizes = op.attr("slice_sizes")
+    source = b.readable(operand)
+    t = op.result.type
+    written = set(b.scope.destinations.values())
+    if (b.level.fuse and t.rank and t.size and not source.is_literal
+            and op.result.name not in b.scope.destinations and source.data not in written
+            and read_elementwise(b.scope, op.result)):
+        starts = tuple(view_of(b.readable(v), (), ir.TensorType(t.shape, v.type.element))
+                       for v in start_values)
+        return [Gathered(source, starts, tuple(n - k for n, k in zip(operand.type.shape, sizes)),
+                         tuple((d, Axis(d)) for d in range(t.rank)), b.emit.origin(), t)]
     target = b.allocate_result(op.result)
     inputs = {f"__s{d}": Value(b.value(v)) for d, v in enumerate(start_values)}
     starts = clamped_starts(start_values, list(inputs), sizes, operand.type.shape)
