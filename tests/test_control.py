@@ -431,6 +431,29 @@ def test_scan_over_a_view_reads_it_in_place():
     assert maps and all(int(n.map.range.num_elements()) < xs.size for n in maps), maps
 
 
+@pytest.mark.parametrize("steps", [0, 1, 4])
+def test_chained_loops_run_in_one_array(steps):
+    """NPBench's vadv: loops one after another carry the same columns, the last into a
+    result. Each loop runs in the array the one before left its value in, and the first
+    in the result's own array: nothing copies a carried array between them. A loop whose
+    initial value is read afterwards (``x`` below) or is an argument still copies it."""
+    x = sample(np.float64, (6, 50))
+
+    def f(x):
+        def body(k, c):
+            return c.at[k % 6].set(c[(k + 1) % 6] * 0.5 + 1.0)
+        a = lax.fori_loop(0, steps, body, x * 2.0)
+        b = lax.fori_loop(0, steps + 1, body, a)
+        c = lax.fori_loop(0, 3, body, b)
+        return c, lax.fori_loop(0, 2, body, x)
+
+    sdfg = hlo2dace.jit(f, optimize="default").lower(x).as_sdfg()
+    copies = [n.label for n, _ in sdfg.all_nodes_recursive()
+              if isinstance(n, dace.nodes.MapEntry) and n.label.startswith("copy")]
+    assert len(copies) == 1, copies  # the argument x into the last loop's carry
+    assert_matches_jax(f, x)
+
+
 @pytest.mark.parametrize("steps", [0, 1, 2, 5])
 def test_stencil_alternates_two_buffers(steps):
     """A large carried array updated from its neighbours cannot be updated in place: the

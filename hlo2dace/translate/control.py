@@ -179,7 +179,7 @@ def _while_shape(inference, op, operands, shapes, knowns, env):
     return symbolic.Refined(shapes, tuple(regions), op.attributes)
 
 
-@register("stablehlo.while", shape_rule=_while_shape)
+@register("stablehlo.while", shape_rule=_while_shape, carries=True)
 def while_loop(b: Builder, op: ir.Op) -> list[Binding]:
     _tensor_types(b, op)
     body = op.regions[1].entry
@@ -194,8 +194,11 @@ def while_loop(b: Builder, op: ir.Op) -> list[Binding]:
     for k, (value, init) in enumerate(zip(op.results, inits)):
         if k in passed:
             continue
+        if _reusable(b, op, k, init):  # the loop runs in its initial value's array
+            carries[k] = bindings[k] = Array(init.name, value.type)
+            continue
         carries[k] = b.allocate_result(value, "carry")
-        if counted is None or k != counted[0]:
+        if (counted is None or k != counted[0]) and not init.is_array(carries[k].name):
             b.emit.copy(init, carries[k])
         bindings[k] = carries[k]
 
@@ -204,6 +207,19 @@ def while_loop(b: Builder, op: ir.Op) -> list[Binding]:
     else:
         _general_loop(b, op, bindings, carries)
     return bindings
+
+
+def _reusable(b: Builder, op: ir.Op, k: int, init: Binding) -> bool:
+    """Whether carried value ``k`` may live in its initial value's array for the whole
+    loop, with no copy: a temporary array (never an argument or a result), whose value
+    nothing reads after the loop (nor another operand of it), for a result that need not
+    end in an array of its own (a function result's). NPBench's vadv chains five loops
+    over the same columns; each copied them whole."""
+    value = op.operands[k]
+    return (isinstance(init, Array) and b.emit.sdfg.arrays[init.name].transient
+            and op.results[k].name not in b.scope.destinations
+            and sum(v.name == value.name for v in op.operands) == 1
+            and b.overwritable(init.name, op, value))
 
 
 def _loop_bound(b: Builder, value: ir.Value, assignments: dict[str, str]) -> str:

@@ -24,7 +24,8 @@ A record holds:
   that a reduction may fold in any grouping (lanes, chunks);
 * ``scalar_alias``: on one element, its result is its first operand (reshapes and
   broadcasts inside reducer bodies and comparators);
-* ``view``: its result re-indexes its operand (slices, transposes, broadcasts).
+* ``view``: its result re-indexes its operand (slices, transposes, broadcasts);
+* ``carries``: its results are its operands carried through a loop.
 """
 
 from __future__ import annotations
@@ -85,6 +86,9 @@ class OpRecord:
     #: the result is its operand re-indexed (``shape._view``): a value bound lazily (a
     #: pending value, a gather) stays lazy through it
     view: bool = False
+    #: result ``k`` is operand ``k`` carried through a loop, which may run in that
+    #: operand's array (``control._reusable``)
+    carries: bool = False
 
     def translator(self, target: str) -> Callable | None:
         return self.translators.get(target)

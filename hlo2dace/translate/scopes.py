@@ -102,14 +102,17 @@ def callee(module: ir.Module, op: ir.Op) -> ir.Function | None:
 
 def updates_in_results(block: ir.Block, destinations: dict[str, str]) -> None:
     """A function result made by a chain of updates (``zeros.at[a].set(u).at[b].set(v)``)
-    is built in its own array: the operand of an update whose result goes into an array
-    goes there too, if the update is its only user, so each update is in place
-    (``Builder.claim_in_place``) and nothing is copied. Only for the entry function, whose
+    or of loops (each carrying the last one's result) is built in its own array: the
+    operand of an update or loop whose result goes into an array goes there too, if the
+    op is its only user, so each update is in place (``Builder.claim_in_place``), each
+    loop runs in that array, and nothing is copied. Only for the entry function, whose
     result arrays nothing reads."""
     uses = collect_uses(block.ops)
     produced = {r.name for op in block.ops for r in op.results}
     for op in reversed(block.ops):
-        for k, j in window_updates(op).items():
+        carried = {k: k for k in range(len(op.results))} \
+            if registry.record(op.name).carries else window_updates(op)
+        for k, j in carried.items():
             operand, target = op.operands[k], destinations.get(op.results[j].name)
             if (target is not None and operand.name in produced
                     and operand.name not in destinations
