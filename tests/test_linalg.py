@@ -488,6 +488,9 @@ def test_scalar_factors_become_blas_alpha(dtype, alpha):
     assert "h2d::mul" not in code.replace("__scaled[__s] = h2d::mul", ""), code
     rtol = {np.dtype(np.float32): 2e-4, np.dtype(np.float64): 1e-12}[np.dtype(dtype)]
     assert_matches_jax(f, scale, a, b, c, x, v, rtol=rtol, atol=rtol, signed_zeros=False)
+    # the same factor as a constant of the program: folded where finite and not zero
+    assert_matches_jax(lambda a, b: dtype(alpha) * a @ b, a, b, rtol=rtol, atol=rtol,
+                       signed_zeros=False)
 
 
 @pytest.mark.parametrize("dtype", (np.float32, np.complex64, np.complex128), ids=dtype_id)

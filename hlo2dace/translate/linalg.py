@@ -570,17 +570,22 @@ def _scaled_operand(b: Builder, op: ir.Op, target: Array
 
 def _broadcast_scalar(b: Builder, value: ir.Value) -> ir.Value | None:
     """The 0-d value that ``value`` broadcasts, or ``value`` itself if it is a splat
-    constant; else None."""
+    constant; None otherwise, and for a constant that BLAS's alpha may not stand for (0,
+    inf, NaN: ``_scale_by`` checks those only at run time)."""
     producer = b.scope.producers.get(value.name)
     if producer is None:
         return None
     if producer.name == "stablehlo.broadcast_in_dim" and producer.operands[0].type.rank == 0:
-        return producer.operands[0]
-    binding = b.binding(value)
-    if producer.name == "stablehlo.constant" and binding.is_literal \
-            and np.ndim(binding.value) == 0:
-        return value
-    return None
+        scalar = producer.operands[0]
+    elif producer.name == "stablehlo.constant":
+        scalar = value
+    else:
+        return None
+    binding = b.binding(scalar)
+    if binding.is_literal and not (np.ndim(binding.value) == 0
+                                   and math.isfinite(binding.value) and binding.value != 0):
+        return None
+    return scalar
 
 
 def _scale_by(b: Builder, code: Writer, scalar: ir.Value, operand: Operand, pointer: str,
@@ -591,14 +596,10 @@ def _scale_by(b: Builder, code: Writer, scalar: ir.Value, operand: Operand, poin
     then the operand's array is scaled into a copy that the product reads instead."""
     element = dtypes.of(scalar.type)
     binding = b.readable(scalar)
-    if binding.is_literal:
-        value = float(binding.value)
-        if math.isfinite(value) and value != 0:
-            return literal(binding.value, element)
-    code.line(f"const {element.compute} __alpha = "
-              f"{literal(binding.value, element) if binding.is_literal else '__scale'};")
-    if not binding.is_literal:
-        inputs["__scale"] = Element(binding)
+    if binding.is_literal:  # a splat constant, finite and not zero (``_broadcast_scalar``)
+        return literal(binding.value, element)
+    code.line(f"const {element.compute} __alpha = __scale;")
+    inputs["__scale"] = Element(binding)
     copy = b.emit.add_array("scaled", operand.array.type)
     outputs["__scaled"] = Whole(copy)
     size = operand.array.type.size
