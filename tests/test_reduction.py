@@ -650,3 +650,98 @@ def test_maxima_and_minima_in_lanes_fold_order_keys(dtype):
     x[7, :150] = -np.inf
     x[8, 42] = np.nan
     assert_matches_jax(lambda x: (x.max(1), x.min(1), jnp.max(x[:, ::-1] * 2, 1)), x)
+
+
+def _row_programs(x, init):
+    """Programs whose row reductions (over trailing axes) only elementwise ops read."""
+    def layer_norm(x):
+        mean = jnp.mean(x, -1, keepdims=True)
+        var = jnp.mean((x - mean) ** 2, -1, keepdims=True)
+        return (x - mean) * lax.rsqrt(var + 1e-3)
+
+    def softmax(x):
+        e = jnp.exp(x - jnp.max(x, -1, keepdims=True))
+        return e / jnp.sum(e, -1, keepdims=True)
+
+    def shifted(x):  # a row's neighbour's maximum: written and read, not computed per row
+        m = jnp.max(x, -1)
+        return x - jnp.concatenate([m[-1:], m[:-1]])[:, None]
+
+    def returned_twice(x):  # the sum read by a map over rows and by the full map
+        s = jnp.sum(x * 2, -1)
+        return x / s[:, None], s * 3
+
+    def argmax_one_hot(x):
+        return (jnp.argmax(x, -1)[:, None] == jnp.arange(x.shape[-1])).astype(x.dtype) + x
+
+    def with_init(x, init):
+        return x - lax.reduce(x, init, lax.max, (x.ndim - 1,))[:, None]
+
+    return {"layer_norm": layer_norm, "softmax": softmax, "jax_softmax": jax.nn.softmax,
+            "log_softmax": jax.nn.log_softmax, "shifted": shifted,
+            "returned_twice": returned_twice, "argmax_one_hot": argmax_one_hot,
+            "with_init": with_init}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, ml_dtypes.bfloat16],
+                         ids=dtype_id)
+@pytest.mark.parametrize("shape", [(70, 130), (96, 7), (66, 300)], ids=str)
+def test_rows_reduced_in_the_map_that_reads_them(shape, dtype):
+    """A reduction over the last axis that only elementwise ops read (a softmax, a layer
+    norm, an argmax one-hot) is computed row by row in the map that reads it, its
+    exponential kept in a row buffer: the results are XLA's with NaN, infinities and -0.0
+    among the inputs, a row's neighbour's reduction is read from memory, and a softmax
+    writes no array of its operand's size."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal(shape).astype(dtype)
+    x[2, :] = -np.inf
+    x[3, 0], x[4, 1], x[5, :] = np.inf, -0.0, 0.0
+    init = np.array(-1.0, dtype)
+    # sums in another order than XLA's (the spec leaves it open), exp and rsqrt against
+    # XLA's approximations
+    tolerance = 2e-5 if np.dtype(dtype).itemsize >= 4 else 2e-2
+    for name, program in _row_programs(x, init).items():
+        args = (x, init) if name == "with_init" else (x,)
+        try:
+            assert_matches_jax(program, *args, rtol=tolerance, atol=tolerance)
+        except AssertionError as error:
+            raise AssertionError(f"{name}: {error}") from None
+    softmax = _row_programs(x, init)["softmax"]
+    # a NaN makes its row's maximum NaN, as the spec says (XLA's CPU code loses it in rows
+    # of 64 and more when there are 64 rows or more: jnp.max of a row of zeros and one NaN
+    # is 0 there)
+    x[1, 3] = np.nan
+    got = np.asarray(hlo2dace.jit(softmax)(x)).astype(np.float64)
+    assert np.isnan(got[1]).all() and not np.isnan(np.delete(got, [1, 2, 3], 0)).any()
+    sdfg = hlo2dace.jit(softmax, optimize="default").lower(x).as_sdfg()
+    assert not [s for s in _transient_shapes(sdfg) if np.prod(s) >= x.size], \
+        _transient_shapes(sdfg)
+
+
+def test_rows_of_several_axes_and_in_loops():
+    """Rows of the last two axes, a variadic (argmax) reduction read elementwise, and a
+    softmax of a loop's carried array that the loop updates in place: the reductions
+    read it before it is written."""
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((8, 9, 5, 40)).astype(np.float32)
+
+    def two_axes(x):
+        return x - jnp.max(x, (2, 3), keepdims=True) * jnp.mean(x, (2, 3), keepdims=True)
+
+    def in_loop(x):
+        return lax.fori_loop(0, 3, lambda i, x: jax.nn.softmax(x * 2, -1) + x, x)
+
+    def argmax_value(x):
+        index, value = lax.reduce((jnp.broadcast_to(jnp.arange(40, dtype=np.int32), x.shape), x),
+                                  (np.int32(0), np.float32(-np.inf)), _argmax_body, (3,))
+        return x * value[..., None] + index[..., None]
+
+    assert_matches_jax(two_axes, x, rtol=2e-5, atol=2e-5)
+    assert_matches_jax(in_loop, x, rtol=2e-5, atol=2e-5)
+    assert_matches_jax(argmax_value, x)
+
+
+def _argmax_body(a, b):
+    (ia, va), (ib, vb) = a, b
+    take = (vb > va) | ((vb == va) & (ib < ia))
+    return jnp.where(take, ib, ia), jnp.where(take, vb, va)

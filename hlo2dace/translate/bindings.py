@@ -11,6 +11,9 @@ materialises what it can express otherwise:
 * ``PendingView``: a ``View`` of a pending value, recomputed by its elementwise readers at
   the index they read, as XLA fuses a cheap producer into each of its consumers;
 * ``Pieces``: a concatenation not written yet;
+* ``Gathered``: a gather not emitted yet, gathered by its elementwise readers;
+* ``RowReduction``: a reduction of rows not emitted yet, computed row by row by the map
+  that reads it;
 * ``Token``: a ``!stablehlo.token``, which holds no data;
 * ``Tuple``: a ``tuple`` of bindings;
 * ``Unused``: a result nothing reads.
@@ -22,7 +25,7 @@ Each kind answers the questions the translators ask (``data``, ``subscripts``, `
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Sequence, Union
+from typing import TYPE_CHECKING, Callable, Sequence, Union
 
 import dace
 import numpy as np
@@ -322,6 +325,67 @@ class Gathered(_Binding):
                                                   *self.materialised))
 
 
+@dataclass(frozen=True, eq=False)
+class RowReduction(_Binding):
+    """Result ``index`` of a reduction over the trailing dimensions of its operands (a row
+    per element of the result) that is read only by elementwise ops and views, not
+    emitted yet. As XLA fuses a softmax's or a norm's reductions into their consumers, the
+    map that reads it at the point of one row computes it there, in a loop over the row
+    before the loop that reads it (``fusion.RowContext``): neither the reduction nor the
+    elementwise value it reduces reaches memory. Anything else gets all of the op's
+    results written by ``materialise`` (once, into ``materialised``, shared with the
+    views) and reads them through ``axes`` (a view's, or None for the result itself).
+    ``fold(point, read, prefix)``: the C++ that computes every result of the op at the
+    row ``point`` into locals (statements and their names), the operands' elements read
+    by ``read(values, point)`` (statements and expressions)."""
+
+    op: ir.Op
+    scope: Scope
+    index: int
+    axes: tuple[Axis, ...] | None
+    type: ir.TensorType
+    fold: Callable
+    materialise: Callable[[], list]
+    materialised: list = field(default_factory=list)
+
+    @property
+    def row_rank(self) -> int:
+        """The rank of a row's point (the result's, before any view)."""
+        return self.op.results[self.index].type.rank
+
+    def viewed(self, axes: Sequence[Axis], t: ir.TensorType) -> RowReduction:
+        """This binding re-indexed by ``axes`` (one per dimension of it), as a view."""
+        composed = tuple(axes) if self.axes is None else compose_axes(self.axes, axes)
+        return RowReduction(self.op, self.scope, self.index, composed, t, self.fold,
+                            self.materialise, self.materialised)
+
+    def holds(self, array: str) -> bool:
+        if self.materialised:
+            return any(a.holds(array) for a in self.materialised)
+        for value in self.op.operands:
+            read = self.scope.env.get(value.name)
+            if read is None:
+                continue
+            if read.is_pending and read.pending.unresolved:
+                found = recomputed_reads(read, 1 << 30, False) or ()
+                if any(r.holds(array) for r in found):
+                    return True
+            elif read.holds(array):
+                return True
+        return False
+
+
+def unmaterialised_rows(binding: Binding, budget: int) -> list[RowReduction]:
+    """The row reductions not emitted yet that computing ``binding`` element by element
+    reads (within ``budget`` ops of recomputation; none past it)."""
+    if isinstance(binding, RowReduction):
+        return [] if binding.materialised else [binding]
+    if not (binding.is_pending and binding.pending.unresolved):
+        return []
+    return [read for read in recomputed_reads(binding, budget, False) or ()
+            if isinstance(read, RowReduction) and not read.materialised]
+
+
 def view_of(binding: Binding, axes: Sequence[Axis], t: ir.TensorType) -> Binding:
     """``binding`` (an array, a view, a literal, a pending value or a view of one) read
     through ``axes``, one per dimension of it, as a binding of type ``t``."""
@@ -334,7 +398,7 @@ def view_of(binding: Binding, axes: Sequence[Axis], t: ir.TensorType) -> Binding
         return PendingView(binding.source, compose_axes(binding.axes, axes), t)
     if isinstance(binding, Pending):
         return PendingView(binding, axes if binding.type.rank else (), t)
-    if isinstance(binding, Gathered):
+    if isinstance(binding, (Gathered, RowReduction)):
         return binding.viewed(axes, t)
     if isinstance(binding, Array):
         return View(binding, axes if binding.type.rank else (Axis(None, 0, 0),), t)
@@ -377,8 +441,8 @@ class Unused(_Binding):
     type: ir.TensorType
 
 
-Binding = Union[Array, Literal, View, Pending, PendingView, Pieces, Gathered, Token, Tuple,
-                Unused]
+Binding = Union[Array, Literal, View, Pending, PendingView, Pieces, Gathered, RowReduction,
+                Token, Tuple, Unused]
 
 
 def recomputed_reads(binding: Union[Pending, PendingView], budget: int,

@@ -43,11 +43,13 @@ from .bindings import (
     Pending,
     PendingView,
     Pieces,
+    RowReduction,
     Tuple,
     View,
     flat_index,
     map_params,
     recomputed_reads,
+    view_of,
 )
 from .emitter import HELPERS_CPP, Element, Emitter, Whole
 from .known import known_value
@@ -228,6 +230,11 @@ class Builder:
                 self.write_pieces(binding, target)
                 binding.materialised.append(target)
             return binding.materialised[0]
+        if isinstance(binding, RowReduction):
+            if not binding.materialised:
+                binding.materialised.extend(binding.materialise())
+            array = binding.materialised[binding.index]
+            return array if binding.axes is None else view_of(array, binding.axes, binding.type)
         if isinstance(binding, Gathered):
             if not binding.materialised:
                 binding.materialised.append(fusion.emit_recomputed(
@@ -464,7 +471,8 @@ class Builder:
         if reads is None:
             return False
         for read in reads:
-            self.resolve(read)
+            if not isinstance(read, RowReduction):  # computed by the reader's map
+                self.resolve(read)
         return True
 
     def close_cluster(self, cluster: ElementwiseCluster) -> None:

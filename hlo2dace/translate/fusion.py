@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import dace
+import numpy as np
 
 from .. import ir
 from . import dtypes, registry
@@ -22,13 +23,16 @@ from .bindings import (
     Pending,
     PendingView,
     Pieces,
+    RowReduction,
     View,
     axes_point,
     clamp_index,
     flat_index,
     map_params,
+    unmaterialised_rows,
 )
-from .emitter import Emitter, schedule_for
+from .cpp import Loop, Writer
+from .emitter import Emitter, Whole, schedule_for
 from .literals import literal
 from .scopes import callee
 
@@ -46,7 +50,7 @@ def emit_cluster(emit: Emitter, cluster: ElementwiseCluster, resolve: Resolve) -
         """Used outside the cluster other than through views its readers recompute."""
         key = (id(scope), value.name)
         for user in scope.uses.get(value.name, ()):
-            if (id(scope), id(user)) in members:
+            if (id(scope), id(user)) in members or _reduced_in_rows(scope, user):
                 continue
             view = scope.env.get(user.results[0].name) if len(user.results) == 1 else None
             if not (isinstance(view, PendingView) and view.source.key == key
@@ -66,12 +70,154 @@ def emit_cluster(emit: Emitter, cluster: ElementwiseCluster, resolve: Resolve) -
                         emit.add_array(value.name.lstrip("%"), value.type)
     cluster.resolved.update(outputs)
     if 0 not in cluster.shape and outputs:
-        _emit_map(emit, cluster, outputs, resolve)
+        outer = _row_rank(cluster)
+        if outer is None:
+            _emit_map(emit, cluster, outputs, resolve)
+        else:
+            _emit_row_map(emit, cluster, outputs, resolve, outer)
     # bound only now: inside the map, members read each other's registers, not the arrays
     for op, scope in cluster.members:
         for value in op.results:
             if (id(scope), value.name) in outputs:
                 scope.env[value.name] = outputs[(id(scope), value.name)]
+
+
+def _reduced_in_rows(scope, user: ir.Op) -> bool:
+    """Whether ``user`` is a reduction bound to a ``RowReduction`` not written yet: the
+    map that reads it computes it, and what it reduces, row by row."""
+    if not user.results:
+        return False
+    binding = scope.env.get(user.results[0].name)
+    return isinstance(binding, RowReduction) and not binding.materialised
+
+
+def _row_rank(cluster: ElementwiseCluster) -> int | None:
+    """The rank of the rows that ``cluster``'s map iterates over, if it reads row
+    reductions not written yet (through views and recomputed values): the leading
+    dimensions of its shape, the shape of those reductions' results, which all agree."""
+    found = set()
+    for op, scope in cluster.members:
+        for v in op.operands:
+            binding = scope.env.get(v.name)
+            if binding is None or (isinstance(binding, Pending) and binding.cluster is cluster):
+                continue
+            for row in unmaterialised_rows(binding, 1 << 20):
+                found.add(tuple(row.op.results[row.index].type.shape))
+    if len(found) != 1:
+        return None
+    (outer,) = found
+    return len(outer) if tuple(cluster.shape[:len(outer)]) == outer else None
+
+
+class RowContext:
+    """The row reductions one map iteration computes, at the point ``point`` of its row
+    (``RowReduction``): each once, before the loop over the row that reads it, a
+    reduction that another one reads first (a softmax's maximum before its sum). An
+    expensive value with other readers that a reduction's loop computes along the row
+    (a softmax's exponential) is kept in a row buffer on the stack, which later loops
+    read instead of computing it again, where the row is short enough."""
+
+    def __init__(self, emit: Emitter, resolve: Resolve, cluster: ElementwiseCluster,
+                 point: list[str], pointers: dict[str, Array]):
+        self.emit, self.resolve, self.cluster = emit, resolve, cluster
+        self.point, self.pointers = point, pointers
+        self.code = Writer()
+        self.names: dict[int, list[str]] = {}
+        #: value key -> (buffer, the row's shape), once the loop that fills it is written
+        self.buffers: dict[tuple, tuple[str, tuple]] = {}
+        self.filling: dict[tuple, tuple[str, tuple]] = {}
+        self.count = 0
+
+    def value(self, row: RowReduction, point: list[str]) -> str | None:
+        """The local that holds ``row`` at ``point``, computed here if need be; None where
+        ``point`` is not this map's row (then the reduction is written and read)."""
+        if list(point) != self.point:
+            return None
+        key = id(row.op)
+        if key not in self.names:
+            prefix = f"__row{self.count}_"
+            self.count += 1
+
+            def read(values: list[ir.Value], at: list[str]) -> tuple[list[str], list[str]]:
+                # the cluster's values are recomputed: its loop has not written them yet
+                recompute = Recompute(self.emit, self.resolve, self.cluster, prefix, {}, [],
+                                      self.pointers, self, at[len(self.point):])
+                expressions = [recompute.value(row.scope.env[v.name], at) for v in values]
+                return recompute.lines, expressions
+
+            lines, names = row.fold(self.point, read, prefix)
+            with self.emit.at(row.op):
+                self.code.line(self.emit.origin())
+            self.code.lines(lines)
+            self.names[key] = names
+            self.buffers.update(self.filling)
+            self.filling.clear()
+        return self.names[key][row.index]
+
+    def buffered(self, binding: Pending, point: list[str]) -> str | None:
+        """``binding`` at ``point`` read from its row buffer, if a loop before filled one."""
+        found = self.buffers.get(binding.key)
+        if found is None or list(point[:len(self.point)]) != self.point:
+            return None
+        name, shape = found
+        return f"{name}[{flat_index(shape, point[len(self.point):])}]"
+
+    def buffer(self, binding: Pending, op: ir.Op, point: list[str], loop: list[str] | None,
+               name: str, element) -> list[str]:
+        """The statement that keeps ``name`` (``binding`` at ``point``, computed in the
+        loop over the row with variables ``loop``) in a row buffer, if it is worth one."""
+        shape = tuple(binding.type.shape[len(self.point):])
+        if (not loop or list(point) != [*self.point, *loop]
+                or not registry.record(op.name).expensive
+                or len(binding.scope.uses.get(binding.value.name, ())) < 2
+                or int(np.prod(shape, dtype=np.int64)) * 8 > ROW_BUFFER_BYTES):
+            return []
+        buffer = f"__rowbuf{len(self.buffers) + len(self.filling)}"
+        self.filling[binding.key] = (buffer, shape)
+        self.code.line(f"{element.compute} {buffer}[{int(np.prod(shape, dtype=np.int64))}];")
+        return [f"{buffer}[{flat_index(shape, loop)}] = {name};"]
+
+
+def _emit_row_map(emit: Emitter, cluster: ElementwiseCluster, outputs: dict,
+                  resolve: Resolve, outer: int) -> None:
+    """The cluster's map over its rows (its leading ``outer`` dimensions): per row, the
+    row reductions it reads (``RowContext``), then a loop over the row that computes its
+    outputs (``Recompute``), everything read through pointers."""
+    shape = cluster.shape
+    params = map_params(outer)
+    loops = [Loop(f"__j{d}", "0", str(n)) for d, n in enumerate(shape[outer:])]
+    point = [*params, *(loop.variable for loop in loops)]
+    pointers: dict[str, Array] = {}
+    row = RowContext(emit, resolve, cluster, params, pointers)
+    written_values = [(op, scope, value, outputs[(id(scope), value.name)])
+                      for op, scope in cluster.members for value in op.results
+                      if (id(scope), value.name) in outputs]
+    # once to write the reductions' loops (in the order the outputs need them, each before
+    # the one that reads it), then for the loop over the row, which reads their buffers
+    dry_run = Recompute(emit, resolve, cluster, "__m", {}, [], pointers, row)
+    for _, scope, value, _ in written_values:
+        dry_run.value(Pending(cluster, value, scope), point)
+    main = Recompute(emit, resolve, cluster, "__m", {}, [], pointers, row)
+    stores, written = [], {}
+    for op, scope, value, array in written_values:
+        with emit.at(op):
+            element = dtypes.of(value.type, op.name, op.location)
+        expression = main.value(Pending(cluster, value, scope), point)
+        conn = f"__o{len(written)}"
+        written[conn] = Whole(array)
+        stores.append(f"{conn}[{flat_index(shape, point)}] = {element.store(expression)};")
+    code = row.code
+    with code.loops(*loops):
+        code.lines(main.lines)
+        code.lines(stores)
+    row_length = int(np.prod(shape[outer:], dtype=np.int64))
+    emit.map("row_fused", shape[:outer], code.text(),
+             {conn: Whole(array) for conn, array in pointers.items()}, written,
+             row_length * (len(main.lines) + 4 * len(row.names) + 1))
+
+
+#: the most bytes a row buffer of ``RowContext`` holds (on the stack of an OpenMP thread)
+ROW_BUFFER_BYTES = 1 << 15
 
 
 #: the float types whose products XLA's CPU code contracts with an add or a subtract into
@@ -313,9 +459,11 @@ class Recompute:
     the tasklet's own code (a reduction's loop over its reduced elements)."""
 
     def __init__(self, emit: Emitter, resolve: Resolve, cluster, prefix: str, in_conns: dict,
-                 in_edges: list, pointers: dict[str, Array] | None = None):
+                 in_edges: list, pointers: dict[str, Array] | None = None,
+                 row: RowContext | None = None, loop: list[str] | None = None):
         self.emit, self.resolve, self.cluster, self.prefix = emit, resolve, cluster, prefix
         self.in_conns, self.in_edges, self.pointers = in_conns, in_edges, pointers
+        self.row, self.loop = row, loop
         self.lines: list[str] = []
         self.done: dict[tuple, str] = {}
 
@@ -327,6 +475,12 @@ class Recompute:
             return self._gather(binding, point)
         if isinstance(binding, Gathered):
             binding = binding.materialised[0]
+        if isinstance(binding, RowReduction) and not binding.materialised \
+                and self.row is not None:
+            local = self.row.value(binding, point if binding.axes is None
+                                   else axes_point(binding.axes, point))
+            if local is not None:
+                return local
         if self._recomputed(binding):
             return self._compute(binding, point)
         if isinstance(binding, Pending):
@@ -393,6 +547,9 @@ class Recompute:
     def _compute(self, binding: Pending, point: list[str]) -> str:
         point = point if binding.type.rank else []
         key = (binding.key, tuple(point))
+        stored = self.row.buffered(binding, point) if self.row is not None else None
+        if stored is not None:
+            return stored
         if key not in self.done:
             op = binding.scope.producers[binding.value.name]
             out_type = dtypes.of(binding.type, op.name, op.location)
@@ -414,6 +571,9 @@ class Recompute:
             self.lines.append(f"const {out_type.compute} {name} = {out_type.fit(expression)};"
                               f"  {origin}")
             self.done[key] = name
+            if self.row is not None:
+                self.lines.extend(self.row.buffer(binding, op, point, self.loop, name,
+                                                  out_type))
         return self.done[key]
 
 

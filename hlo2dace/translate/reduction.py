@@ -30,7 +30,7 @@ import numpy as np
 
 from .. import ir, symbolic
 from . import dtypes, registry
-from .bindings import Array, Binding, Literal, cpp_size, flat_index, map_params
+from .bindings import Array, Binding, Literal, RowReduction, cpp_size, flat_index, map_params
 from .builder import Builder
 from .cpp import Loop, Writer
 from .emitter import PARALLEL_MAP_WORK, Element, Value, Whole
@@ -58,6 +58,9 @@ ROW_BLOCK = 1024
 #: over the threads
 ROW_ITERATIONS = 64
 MIN_ROW_BLOCK = 64
+#: rows longer than this are not reduced in the map that reads them (``_reduced_in_rows``):
+#: its loops over one row read it again, from cache while the row fits in L2
+MAX_FUSED_ROW = 1 << 14
 
 
 #: elements of a reduction's innermost loop read (or computed) at a time, before folding
@@ -119,11 +122,27 @@ def _accumulate(b: Builder, op: ir.Op, label: str, reads: Reads, loops: Sequence
     (``_key_fold``). Other bodies (argmax) fold in order."""
     arrays, computed, expressions = reads
     elements, results, inputs, body = _fold(b, op, targets, starts, read_types)
+    code = _fold_code(op, (computed, expressions), loops, guard,
+                      [element.load(f"__init{k}") for k, element in enumerate(results)],
+                      elements, results, body, lanes)
+    code.lines(f"__out{k} = {element.store(f'__acc{k}')};" for k, element in enumerate(results))
+    b.emit.map(label, targets[0].type.shape, code.text(), {**arrays, **inputs},
+               {f"__out{k}": Element(t) for k, t in enumerate(targets)}, work_per_element)
+
+
+def _fold_code(op: ir.Op, reads: tuple[list[str], list[str]], loops: Sequence[Loop],
+               guard: str, starts: Sequence[str], elements: Sequence, results: Sequence,
+               body: Sequence[str], lanes: bool) -> Writer:
+    """The C++ of ``_accumulate``'s fold, leaving the results in ``__acc0, ...``: the
+    accumulators start from ``starts`` (C++ in compute types), ``reads`` are the
+    statements and expressions of the elements at the ``loops``' indices, ``body`` folds
+    ``__x0, ...`` into them (``_fold``)."""
+    computed, expressions = reads
     code = Writer()
-    code.lines(f"{element.compute} __acc{k} = {element.load(f'__init{k}')};"
-               for k, element in enumerate(results))
+    code.lines(f"{element.compute} __acc{k} = {start};"
+               for k, (element, start) in enumerate(zip(results, starts)))
     inner = ["h2d::scalar_loop();"] + ([f"if (!({guard})) continue;"] if guard else [])
-    identity = _identity(op) if lanes and len(targets) == 1 else None
+    identity = _identity(op) if lanes and len(results) == 1 else None
     if expressions and loops and not guard and (computed or identity is not None):
         innermost = loops[-1]
         code.lines(f"{e.compute} __block{k}[{BLOCK}];" for k, e in enumerate(elements))
@@ -199,9 +218,7 @@ def _accumulate(b: Builder, op: ir.Op, label: str, reads: Reads, loops: Sequence
             code.lines(f"const {e.compute} __x{k} = {x};"
                        for k, (e, x) in enumerate(zip(elements, expressions)))
             code.lines(body)
-    code.lines(f"__out{k} = {element.store(f'__acc{k}')};" for k, element in enumerate(results))
-    b.emit.map(label, targets[0].type.shape, code.text(), {**arrays, **inputs},
-               {f"__out{k}": Element(t) for k, t in enumerate(targets)}, work_per_element)
+    return code
 
 
 def _fold(b: Builder, op: ir.Op, targets: Sequence[Array], starts: Sequence[Array | Literal],
@@ -297,6 +314,67 @@ def _reduce_shape(inference, op, operands, shapes, knowns, env):
 
 @register("stablehlo.reduce", shape_rule=_reduce_shape)
 def reduce(b: Builder, op: ir.Op) -> list[Binding]:
+    return _reduced_in_rows(b, op) or _reduce(b, op)
+
+
+def _reduced_in_rows(b: Builder, op: ir.Op) -> list[RowReduction] | None:
+    """A reduction over its operands' trailing dimensions (a row per result element),
+    whose results only elementwise ops read (through views), bound lazily
+    (``RowReduction``): a map that reads it computes it a row at a time (``_row_fold``),
+    and the elementwise value it reduces with it, as XLA fuses a softmax or a layer norm
+    into one loop per row. Not for rows too long to stay in cache between the loops over
+    them, nor for so few rows that their map would run on one thread."""
+    operand = op.operands[0]
+    shape = operand.type.shape
+    rank, dimensions = len(shape), sorted(int(d) for d in op.attr("dimensions"))
+    scope = b.scope
+    if (not b.level.recomputed_ops or symbolic.is_symbolic(operand.type)
+            or not dimensions or dimensions != list(range(rank - len(dimensions), rank))
+            or len(dimensions) == rank):
+        return None
+    row = int(np.prod(shape[rank - len(dimensions):], dtype=np.int64))
+    if (op.results[0].type.size < FEW_OUTPUTS or not row or row > MAX_FUSED_ROW
+            or any(r.name in scope.destinations or not registry.read_elementwise(scope, r)
+                   for r in op.results)):
+        return None
+
+    def fold(point: list[str], read, prefix: str) -> tuple[list[str], list[str]]:
+        return _row_fold(b, op, point, read, prefix)
+
+    def materialise() -> list[Binding]:
+        with b.entered(scope), b.emit.at(op):
+            return _reduce(b, op)
+
+    materialised: list = []
+    return [RowReduction(op, scope, k, None, result.type, fold, materialise, materialised)
+            for k, result in enumerate(op.results)]
+
+
+def _row_fold(b: Builder, op: ir.Op, point: list[str], read, prefix: str
+              ) -> tuple[list[str], list[str]]:
+    """The C++ that computes ``op``'s results at the row ``point`` into locals named
+    ``prefix r0, ...`` (``RowReduction.fold``): ``_fold_code``'s loops over the row, the
+    elements and init values read by ``read``."""
+    n = len(op.operands) // 2
+    shape = op.operands[0].type.shape
+    loops = [Loop(f"{prefix}j{d}", "0", str(size))
+             for d, size in enumerate(shape[len(point):])]
+    computed, expressions = read(op.operands[:n], [*point, *(loop.variable for loop in loops)])
+    start_lines, starts = read(op.operands[n:], [])
+    elements, results, _, body = _fold(b, op, op.results, [])
+    names = [f"{prefix}r{k}" for k in range(len(results))]
+    code = Writer()
+    code.lines(f"{e.compute} {name};" for e, name in zip(results, names))
+    with code.block(""):
+        code.lines(start_lines)
+        code.line(_fold_code(op, (computed, expressions), loops, "", starts, elements, results,
+                             body, shape[-1] >= MIN_LANES_LOOP).text())
+        code.lines(f"{name} = __acc{k};" for k, name in enumerate(names))
+    return [code.text()], names
+
+
+def _reduce(b: Builder, op: ir.Op) -> list[Binding]:
+    """The reduction written into arrays now."""
     dimensions = tuple(int(d) for d in op.attr("dimensions"))
     shape = op.operands[0].type.shape
     reduced = np.prod([shape[d] for d in dimensions], dtype=object)

@@ -20,6 +20,7 @@ from .bindings import (
     Pending,
     PendingView,
     Pieces,
+    RowReduction,
     Tuple,
     View,
     at_most,
@@ -28,6 +29,7 @@ from .bindings import (
     cpp_size,
     flat_index,
     map_params,
+    unmaterialised_rows,
     view_of,
 )
 from .builder import Builder, Reader
@@ -42,13 +44,15 @@ def _view(b: Builder, operand: ir.Value, result: ir.Value, axes: list[Axis]) -> 
     unless it is to be written into an array anyway."""
     t = result.type
     pending = b.binding(operand)
-    if isinstance(pending, Gathered):  # stays lazy: its readers gather through the view
+    if isinstance(pending, (Gathered, RowReduction)):  # stays lazy, read through the view
         return [pending.viewed(axes, t)]
     source = pending.source if isinstance(pending, PendingView) else pending
     # a broadcast of a pending value is written at its own (smaller) size once and read
     # through a View, rather than recomputed for every element it is broadcast to (unless
-    # the level says otherwise)
-    recompute = b.level.recompute_broadcasts or at_most(t.size, source.type.size)
+    # the level says otherwise, or it is computed from row reductions: then once per row,
+    # by the map that computes them)
+    recompute = b.level.recompute_broadcasts or at_most(t.size, source.type.size) or bool(
+        unmaterialised_rows(pending, b.level.recomputed_ops))
     if isinstance(pending, PendingView) and recompute:
         return [PendingView(pending.source, compose_axes(pending.axes, axes), t)]
     if (b.level.recomputed_ops and isinstance(pending, Pending) and pending.unresolved
