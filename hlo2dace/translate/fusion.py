@@ -103,7 +103,7 @@ def _row_rank(cluster: ElementwiseCluster) -> int | None:
                 continue
             for row in unmaterialised_rows(binding, 1 << 20):
                 found.add(tuple(row.op.results[row.index].type.shape))
-    if len(found) != 1:
+    if len(found) != 1 or any(not isinstance(n, (int, np.integer)) for n in cluster.shape):
         return None
     (outer,) = found
     return len(outer) if tuple(cluster.shape[:len(outer)]) == outer else None
