@@ -57,6 +57,17 @@ def target_isa() -> str:
     return name
 
 
+def shared_threads() -> int:
+    """The threads that compiled code shares work out among where it fixes the partition
+    itself (``linalg._skinny_gemm``): ``OMP_NUM_THREADS``, else the CPUs this process may
+    use. Part of a binary's cache key."""
+    value = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
+    if value.isdigit() and int(value) > 0:
+        return int(value)
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
+        os.cpu_count() or 1
+
+
 @dataclass(frozen=True)
 class Level:
     name: str

@@ -39,6 +39,7 @@ import numpy as np
 from . import callpath, compiled_sdfg, folders, mpi, sdfg_build
 from .errors import ArgumentError, CompilationError
 from .folders import CacheWarning, file_lock
+from .optimize import shared_threads
 
 # OpenMP workers that spin while waiting for the next parallel region take the cores from
 # everything else on a busy machine: a 100-step stencil took 8 s instead of 50 ms next to
@@ -133,7 +134,8 @@ def cache_key(*parts: str) -> str:
 def machine() -> tuple[str, ...]:
     """What besides the module and the flags decides the binary: DaCe's version, the CPU
     (model and instruction-set flags, as DaCe keys its own build caches), the C++ compiler
-    (path and version) and DaCe's compiler and linker settings."""
+    (path and version), DaCe's compiler and linker settings, and the threads that code
+    whose partition is fixed when it is built shares its work among."""
     import dace
     from dace.codegen import compiler, compiler_family
 
@@ -149,7 +151,7 @@ def machine() -> tuple[str, ...]:
         ("compiler", "cpu", "openmp_sections"), ("compiler", "linker", "executable"),
         ("compiler", "linker", "args"))]
     return (dace.__version__, compiler.host_isa_id(), shutil.which(executable) or executable,
-            version, json.dumps(settings))
+            version, json.dumps(settings), f"threads={shared_threads()}")
 
 
 class ThreadTuner:
@@ -195,7 +197,7 @@ class ThreadTuner:
 
 def _median(values: list[float]) -> float:
     """``statistics.median`` of a few values, without its checks and conversions: it runs
-    after every call of a program with parallel maps."""
+    after every call of a program with parallel regions."""
     ordered = sorted(values)
     half = len(ordered) // 2
     return ordered[half] if len(ordered) % 2 else (ordered[half - 1] + ordered[half]) / 2
@@ -225,7 +227,7 @@ def _set_threads(threads: int) -> None:
 
 
 def thread_tuner(parallel: bool) -> ThreadTuner | None:
-    """A tuner for a program with parallel maps, where OpenMP can be told the thread count
+    """A tuner for a program with parallel regions, where OpenMP can be told the thread count
     and more than one thread is allowed (``OMP_NUM_THREADS``); else None."""
     library, most = _openmp()
     return ThreadTuner(most) if parallel and library is not None and most > 1 else None
@@ -278,7 +280,7 @@ class Program:
         #: (argument, result) positions where the result can take the argument's buffer
         #: (``sdfg_build.written_in_place``), by argument, then result
         self.in_place = tuple(tuple(pair) for pair in in_place)
-        #: the thread count of each call, for a program with parallel maps (else None)
+        #: the thread count of each call, for a program with parallel regions (else None)
         self.threads = thread_tuner(parallel)
 
     def check(self, arrays: Sequence[Any]) -> list[np.ndarray]:
@@ -747,7 +749,7 @@ def _build_in(root: Path, needed: int, sdfg: Any, key: str, arguments: Sequence[
         try:
             sdfg.name = f"h2d_{key[:16]}"
             # read before the build, which changes the SDFG
-            in_place, parallel = _in_place(sdfg, arguments, results), has_parallel_maps(sdfg)
+            in_place, parallel = _in_place(sdfg, arguments, results), has_parallel_regions(sdfg)
             signature = _compile(sdfg, staging / "build", cpu_flags)
             # the object files (named after the staging folder) serve no later build
             shutil.rmtree(staging / "build" / "build" / "CMakeFiles", ignore_errors=True)
@@ -797,16 +799,19 @@ def build_uncached(sdfg: Any, folder: Path, arguments: Sequence[TensorSpec],
     outside the cache, and load it: for programs that write files beside their binary,
     such as the profiler's instrumented builds (DaCe writes their reports into
     ``<folder>/build/perf``, a path it compiles into the code)."""
-    parallel = has_parallel_maps(sdfg)  # before the build, which changes the SDFG
+    parallel = has_parallel_regions(sdfg)  # before the build, which changes the SDFG
     signature = _compile(sdfg, folder / "build", cpu_flags)
     return Program(compiled_sdfg.load(folder / "build", sdfg=signature), arguments, results,
                    constants, folder, built=True, parallel=parallel)
 
 
-def has_parallel_maps(sdfg: Any) -> bool:
-    """Whether any map of ``sdfg`` may run on more than one thread."""
+def has_parallel_regions(sdfg: Any) -> bool:
+    """Whether any map of ``sdfg`` may run on more than one thread, or any tasklet opens
+    a parallel region of its own (a product shared out among the threads)."""
     import dace
 
     return any(isinstance(node, dace.nodes.MapEntry)
                and node.map.schedule != dace.ScheduleType.Sequential
+               or isinstance(node, dace.nodes.Tasklet)
+               and "#pragma omp parallel" in node.code.as_string
                for node, _ in sdfg.all_nodes_recursive())

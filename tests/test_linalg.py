@@ -16,6 +16,7 @@ from jax import lax
 
 import hlo2dace
 from hlo2dace.errors import UnsupportedError
+from hlo2dace.optimize import shared_threads
 from hlo2dace.translate import linalg
 
 from util import assert_arrays_match, assert_matches_jax, dtype_id
@@ -461,6 +462,36 @@ def test_blas_calls(dtype):
         assert code.count(f"cblas_{prefix}{routine}(") == count, (routine, code)
     rtol = {np.dtype(np.float32): 2e-4, np.dtype(np.float64): 1e-12}[np.dtype(dtype)]
     assert_matches_jax(f, x, y, u, long, batch, rtol=rtol, atol=rtol)
+
+
+@pytest.mark.parametrize("dtype", (np.float32, np.float64, np.complex128), ids=dtype_id)
+def test_skinny_products_share_out_their_long_side(dtype):
+    """A product with a side of at most 32 and millions of multiply-adds (a small batch
+    through a large layer) is single-threaded gemms over blocks of its long side (one per
+    thread it is built for), columns or rows, each operand either way round: XLA's
+    results, and the same bits from every call whichever thread count the tuner tries (the
+    blocks are fixed when the program is compiled)."""
+    x = operand(dtype, (8, 600))
+    w = operand(dtype, (600, 1100), seed=1)
+
+    def f(x, w):
+        return {"columns": x @ w, "columns_bt": x @ w.T.copy().T, "rows": w.T @ x.T,
+                "rows_at": (w.T.copy().T).T @ (x.T.copy()), "scaled": (2.0 * x) @ w}
+
+    code = "\n".join(t.code.as_string for t in _tasklets(f, x, w))
+    # two blocks of at least 512 where the program is built for two threads or more
+    blocks = code.count("for (int __part = 0; __part < 2; ++__part)")
+    assert blocks == (5 if shared_threads() > 1 else 0), code
+    rtol = 2e-4 if dtype == np.float32 else 1e-12
+    assert_matches_jax(f, x, w, rtol=rtol, atol=rtol)
+    compiled = hlo2dace.jit(f).lower(x, w).compile()
+    results = [compiled(x, w) for _ in range(8)]
+    tuner = compiled.program.threads
+    if tuner is not None:  # more than one core: both settings were tried
+        assert all(tuner.times[n] for n in tuner.settings), tuner.times
+    for other in results[1:]:
+        for a, b in zip(jax.tree_util.tree_leaves(results[0]), jax.tree_util.tree_leaves(other)):
+            assert np.array_equal(np.asarray(a), np.asarray(b))
 
 
 @pytest.mark.parametrize("alpha", [1.5, -0.25, 0.0, np.inf, np.nan],

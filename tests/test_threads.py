@@ -1,7 +1,7 @@
-"""The threading model: a program with parallel maps runs each call on one thread or on
-all, whichever its own calls measure faster (``runtime.ThreadTuner``); the choice follows
-the load; a program without parallel maps is not timed at all; and results are the same
-bits on any number of threads."""
+"""The threading model: a program with parallel regions (maps, or tasklets that open
+their own) runs each call on one thread or on all, whichever its own calls measure faster
+(``runtime.ThreadTuner``); the choice follows the load; a program without any is not timed
+at all; and results are the same bits on any number of threads."""
 
 from __future__ import annotations
 

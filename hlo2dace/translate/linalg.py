@@ -47,6 +47,7 @@ import ml_dtypes
 import numpy as np
 
 from .. import ir, symbolic
+from ..optimize import shared_threads
 from . import dtypes
 from .bindings import (
     Array,
@@ -75,6 +76,12 @@ REGISTER_BLOCK_BYTES = 256
 PARALLEL_PRODUCT_WORK = 1 << 22
 #: multiply-adds per batch element up to which the loop kernel beats a BLAS call
 SMALL_PRODUCT = 4096
+#: a product with a side this short and ``PARALLEL_PRODUCT_WORK`` multiply-adds is shared
+#: out among the threads in blocks of the long side (``_skinny_gemm``): at least
+#: SKINNY_PART long, their edges on multiples of SKINNY_BLOCK
+SKINNY_SIDE = 32
+SKINNY_PART = 512
+SKINNY_BLOCK = 64
 
 
 @functools.cache
@@ -527,9 +534,19 @@ def _blas_product(b: Builder, op: ir.Op, product: _Product,
         else:
             trans_a, lda = _matrix(m, a_free, k, a_k)
             trans_b, ldb = _matrix(k, x_k, n, x_free)
-            code.line(f"cblas_{prefix}gemm(CblasRowMajor, {_trans(trans_a)}, "
-                      f"{_trans(trans_b)}, {m}, {n}, {k}, {alpha}, {pa}, {lda}, {px}, {ldb}, "
-                      f"{beta}, {pc}, {n});")
+
+            def gemm(rows: str, cols: str, pa: str, px: str, pc: str) -> str:
+                return (f"cblas_{prefix}gemm(CblasRowMajor, {_trans(trans_a)}, "
+                        f"{_trans(trans_b)}, {rows}, {cols}, {k}, {alpha}, {pa}, {lda}, {px}, "
+                        f"{ldb}, {beta}, {pc}, {n});")
+
+            parts = max(1, min(shared_threads(), max(m, n) // SKINNY_PART))
+            if indices or min(m, n) > SKINNY_SIDE or m * n * k < PARALLEL_PRODUCT_WORK \
+                    or parts == 1:
+                code.line(gemm(str(m), str(n), pa, px, pc))
+            else:
+                _skinny_gemm(code, m, n, parts, (trans_a, lda), (trans_b, ldb),
+                             (pa, px, pc), gemm)
         if accumulate.is_complex and k > 1:
             code.line(f"h2d::no_negative_zero_sums({pc}, {m * n});")
     b.emit.map("blas", (), code.text(), {"__a": Whole(a.array), "__b": Whole(x.array), **inputs},
@@ -538,6 +555,41 @@ def _blas_product(b: Builder, op: ir.Op, product: _Product,
         _sequential_map(b, "dot_result", op.result.type, {"__in": Element(out)},
                         f"__out = {stored('__in', accumulate, result)};",
                         {"__out": Element(target)})
+
+
+def _skinny_gemm(code: Writer, m: int, n: int, parts: int, a: tuple[bool, int],
+                 x: tuple[bool, int], pointers: tuple[str, str, str], gemm) -> None:
+    """A product with one side of at most ``SKINNY_SIDE`` (a small batch through a large
+    layer: 8 x 30000 by 30000 x 10000) as single-threaded gemms over blocks of the long
+    side, shared out among the threads. OpenBLAS's own threads do not share such a
+    product out: on two cores it took as long as on one (NPBench's mlp at preset M,
+    149 ms both), where two blocks took half the time. ``parts`` blocks, one per thread
+    the program is built for (``optimize.shared_threads``): fixed when it is compiled, so
+    that every call gives the same bits whichever thread count the tuner tries (more
+    blocks than threads cost: each call packs the short side again). ``gemm(rows, cols,
+    pa, px, pc)``: the call."""
+    (trans_a, lda), (trans_b, ldb), (pa, px, pc) = a, x, pointers
+    long_side = max(m, n)
+    if n >= m:  # blocks of columns: of B (stored k x n, or n x k) and of C
+        block = (str(m), "__end - __start", pa,
+                 f"{px} + __start * {ldb if trans_b else 1}LL", f"{pc} + __start")
+    else:  # blocks of rows: of A (stored m x k, or k x m) and of C
+        block = ("__end - __start", str(n), f"{pa} + __start * {1 if trans_a else lda}LL",
+                 px, f"{pc} + __start * {n}LL")
+    code.line("#ifdef OPENBLAS_VERSION",
+              "const int __blas_threads = openblas_get_num_threads();",
+              "openblas_set_num_threads(1);",
+              "#endif",
+              "#pragma omp parallel for schedule(dynamic)")
+    with code.block(f"for (int __part = 0; __part < {parts}; ++__part)"):
+        # block edges on multiples of SKINNY_BLOCK, so that every block is whole vectors
+        code.line(f"const int64_t __start = {long_side}LL * __part / {parts} / "
+                  f"{SKINNY_BLOCK} * {SKINNY_BLOCK};",
+                  f"const int64_t __end = __part + 1 == {parts} ? {long_side}LL : "
+                  f"{long_side}LL * (__part + 1) / {parts} / {SKINNY_BLOCK} * {SKINNY_BLOCK};",
+                  gemm(*block))
+    code.line("#ifdef OPENBLAS_VERSION", "openblas_set_num_threads(__blas_threads);",
+              "#endif")
 
 
 def _scaled_operand(b: Builder, op: ir.Op, target: Array
