@@ -579,3 +579,41 @@ def test_concatenate_one_access_node():
     pieces = [nodes for nodes in writes.values()
               if any(state.in_degree(n) == 3 for n in nodes)]
     assert len(pieces) == 1 and len(pieces[0]) == 1, writes
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.complex128, ml_dtypes.bfloat16,
+                                   np.bool_], ids=dtype_id)
+def test_reshapes_read_in_place_by_elementwise_ops(dtype):
+    """A reshape that moves elements across dimensions (a transpose made flat, a repeat, a
+    strided slice regrouped, a reshape of a reshape) and that only elementwise ops read is
+    read in place by their maps: no reshaping map, XLA's results; one that a product or a
+    loop reads is written once; and a loop that updates its carried array in place reads
+    the reshape of it before the update."""
+    x = sample(dtype, (4, 6, 10))
+    y = sample(dtype, (24, 10), seed=3)
+
+    def elementwise(x, y):
+        def read(v):  # an elementwise op of every dtype
+            return jnp.where(v == v, v, v[::-1])
+
+        flat = jnp.reshape(jnp.transpose(x, (1, 0, 2)), (240,))
+        return {"transposed": jnp.reshape(flat, (24, 10)) == y,
+                "repeat": jnp.reshape(jnp.repeat(x[:, :1], 6, axis=1), (24, 10)) != y,
+                "strided": read(jnp.reshape(x[:, ::2, 1::3], (4, 9))),
+                "twice": read(jnp.reshape(jnp.reshape(x.T, (60, 4)), (12, 20)).T)}
+
+    assert_matches_jax(elementwise, x, y)
+    sdfg = hlo2dace.jit(elementwise).lower(x, y).as_sdfg()
+    labels = [n.label for n, _ in sdfg.all_nodes_recursive() if type(n).__name__ == "MapEntry"]
+    assert not [label for label in labels if "reshape" in label], labels
+    if np.dtype(dtype).kind in "fc":
+        def others(x, y):
+            product = jnp.reshape(x.T, (60, 4)) @ jnp.ones((4, 3), x.dtype)
+
+            def step(i, carry):
+                flat = jnp.reshape(carry.T, (240,))
+                return carry.at[0].set(jnp.reshape(flat[:60], (6, 10)) * 2) + 1
+
+            return {"product": product, "loop": lax.fori_loop(0, 3, step, x)}
+
+        assert_matches_jax(others, x, y, rtol=1e-2 if dtype == ml_dtypes.bfloat16 else 1e-6)

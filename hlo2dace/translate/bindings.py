@@ -14,6 +14,8 @@ materialises what it can express otherwise:
 * ``Gathered``: a gather not emitted yet, gathered by its elementwise readers;
 * ``RowReduction``: a reduction of rows not emitted yet, computed row by row by the map
   that reads it;
+* ``Reshaped``: a reshape that moves elements across dimensions, read in place by its
+  elementwise readers;
 * ``Token``: a ``!stablehlo.token``, which holds no data;
 * ``Tuple``: a ``tuple`` of bindings;
 * ``Unused``: a result nothing reads.
@@ -375,6 +377,42 @@ class RowReduction(_Binding):
         return False
 
 
+@dataclass(frozen=True, eq=False)
+class Reshaped(_Binding):
+    """A reshape of an array or a view (``source``) into ``shape`` that moves elements
+    across dimensions (a transposed array made flat, a repeat), read only by elementwise
+    ops (through views: ``axes``, or None), not written: their maps read each element in
+    place, at the source's index of its row-major position, as XLA fuses a reshape into
+    its consumers. Anything else gets it written once (``materialised``)."""
+
+    source: Union[Array, View]
+    shape: tuple[int, ...]
+    axes: tuple[Axis, ...] | None
+    type: ir.TensorType
+    materialised: list = field(default_factory=list)
+
+    def viewed(self, axes: Sequence[Axis], t: ir.TensorType) -> Reshaped:
+        """This binding re-indexed by ``axes`` (one per dimension of it), as a view."""
+        composed = tuple(axes) if self.axes is None else compose_axes(self.axes, axes)
+        return Reshaped(self.source, self.shape, composed, t)
+
+    def source_point(self, point: Sequence[str]) -> list[str]:
+        """The index into the source's array (a view's source's) of the element at
+        ``point``."""
+        at = list(point) if self.axes is None else axes_point(self.axes, point)
+        flat, out, stride = f"({flat_index(self.shape, at)})", [], 1
+        for n in reversed(self.source.type.shape):  # the reshape's operand's shape
+            out.append(f"({flat} / {cpp_size(stride)}) % {cpp_size(n)}" if stride > 1
+                       else f"{flat} % {cpp_size(n)}")
+            stride *= n
+        position = list(reversed(out))
+        return axes_point(self.source.axes, position) if isinstance(self.source, View) \
+            else position
+
+    def holds(self, array: str) -> bool:
+        return self.source.holds(array) or any(a.holds(array) for a in self.materialised)
+
+
 def unmaterialised_rows(binding: Binding, budget: int) -> list[RowReduction]:
     """The row reductions not emitted yet that computing ``binding`` element by element
     reads (within ``budget`` ops of recomputation; none past it)."""
@@ -398,7 +436,7 @@ def view_of(binding: Binding, axes: Sequence[Axis], t: ir.TensorType) -> Binding
         return PendingView(binding.source, compose_axes(binding.axes, axes), t)
     if isinstance(binding, Pending):
         return PendingView(binding, axes if binding.type.rank else (), t)
-    if isinstance(binding, (Gathered, RowReduction)):
+    if isinstance(binding, (Gathered, RowReduction, Reshaped)):
         return binding.viewed(axes, t)
     if isinstance(binding, Array):
         return View(binding, axes if binding.type.rank else (Axis(None, 0, 0),), t)
@@ -442,7 +480,7 @@ class Unused(_Binding):
 
 
 Binding = Union[Array, Literal, View, Pending, PendingView, Pieces, Gathered, RowReduction,
-                Token, Tuple, Unused]
+                Reshaped, Token, Tuple, Unused]
 
 
 def recomputed_reads(binding: Union[Pending, PendingView], budget: int,

@@ -43,6 +43,7 @@ from .bindings import (
     Pending,
     PendingView,
     Pieces,
+    Reshaped,
     RowReduction,
     Tuple,
     View,
@@ -235,11 +236,12 @@ class Builder:
                 binding.materialised.extend(binding.materialise())
             array = binding.materialised[binding.index]
             return array if binding.axes is None else view_of(array, binding.axes, binding.type)
-        if isinstance(binding, Gathered):
+        if isinstance(binding, (Gathered, Reshaped)):
             if not binding.materialised:
                 binding.materialised.append(fusion.emit_recomputed(
-                    self.emit, binding, self.emit.add_array("gather", binding.type),
-                    self.resolve))
+                    self.emit, binding, self.emit.add_array(
+                        "gather" if isinstance(binding, Gathered) else "reshape",
+                        binding.type), self.resolve))
             return binding.materialised[0]
         return binding
 
@@ -471,7 +473,7 @@ class Builder:
         if reads is None:
             return False
         for read in reads:
-            if not isinstance(read, RowReduction):  # computed by the reader's map
+            if not isinstance(read, (RowReduction, Reshaped)):  # read by the reader's map
                 self.resolve(read)
         return True
 

@@ -23,6 +23,7 @@ from .bindings import (
     Pending,
     PendingView,
     Pieces,
+    Reshaped,
     RowReduction,
     View,
     axes_point,
@@ -433,7 +434,7 @@ def _member_operand(emit: Emitter, cluster: ElementwiseCluster, binding: Binding
     rank = len(cluster.shape)
     if isinstance(binding, Pieces) and not binding.materialised:
         return _read_pieces(emit, binding, conn, element, rank, code.in_conns, code.in_edges)
-    if isinstance(binding, (PendingView, Gathered)):
+    if isinstance(binding, (PendingView, Gathered, Reshaped)):
         recompute = Recompute(emit, resolve, cluster, f"{conn}_", code.in_conns,
                               code.in_edges)
         expression = recompute.value(binding, map_params(rank))
@@ -474,6 +475,13 @@ class Recompute:
         if isinstance(binding, Gathered) and not binding.materialised:
             return self._gather(binding, point)
         if isinstance(binding, Gathered):
+            binding = binding.materialised[0]
+        if isinstance(binding, Reshaped) and not binding.materialised:
+            source = binding.source
+            array = source.source if isinstance(source, View) else source
+            at = flat_index(array.type.shape, binding.source_point(point))
+            return dtypes.of(binding.type).load(f"{self._pointer(array)}[{at}]")
+        if isinstance(binding, Reshaped):
             binding = binding.materialised[0]
         if isinstance(binding, RowReduction) and not binding.materialised \
                 and self.row is not None:

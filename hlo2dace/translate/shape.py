@@ -20,6 +20,7 @@ from .bindings import (
     Pending,
     PendingView,
     Pieces,
+    Reshaped,
     RowReduction,
     Tuple,
     View,
@@ -44,7 +45,7 @@ def _view(b: Builder, operand: ir.Value, result: ir.Value, axes: list[Axis]) -> 
     unless it is to be written into an array anyway."""
     t = result.type
     pending = b.binding(operand)
-    if isinstance(pending, (Gathered, RowReduction)):  # stays lazy, read through the view
+    if isinstance(pending, (Gathered, RowReduction, Reshaped)):  # stays lazy, read in place
         return [pending.viewed(axes, t)]
     source = pending.source if isinstance(pending, PendingView) else pending
     # a broadcast of a pending value is written at its own (smaller) size once and read
@@ -256,8 +257,10 @@ def same_values(op, knowns, shapes):
           known=lambda op, operand: operand(0).astype(result_dtype(op)),
           shape_rule=_reshape_shape, value_rule=same_values, scalar_alias=True, view=True)
 def reshape(b: Builder, op: ir.Op) -> list[Binding]:
-    """A view where only unit dimensions come or go; otherwise one map that reads each
-    element where it lies (through a view's source too), so no copy precedes it."""
+    """A view where only unit dimensions come or go. Otherwise, where only elementwise ops
+    read the result (through views), bound lazily (``Reshaped``): their maps read each
+    element where it lies; else one map that reads each element where it lies (through a
+    view's source too), so no copy precedes it."""
     (operand,) = op.operands
     source_shape = [n for n in operand.type.shape]
     result_shape = list(op.result.type.shape)
@@ -266,9 +269,18 @@ def reshape(b: Builder, op: ir.Op) -> list[Binding]:
         result_dims = iter(r for r, n in enumerate(result_shape) if n != 1)
         axes = [Axis(None, 0, 0) if n == 1 else Axis(next(result_dims)) for n in source_shape]
         return _view(b, operand, op.result, axes)
+    lazy = read_elementwise(b.scope, op.result) and op.result.type.size \
+        and op.result.name not in b.scope.destinations \
+        and not symbolic.is_symbolic(op.result.type) and not symbolic.is_symbolic(operand.type)
+    bound = b.binding(operand)
+    if lazy and isinstance(bound, Reshaped) and bound.axes is None and not bound.materialised:
+        # a reshape of a reshape: the same row-major order
+        return [Reshaped(bound.source, tuple(result_shape), None, op.result.type)]
     source = b.readable(operand)
     if source.is_literal:
         return [Literal(source.value, op.result.type)]
+    if lazy:
+        return [Reshaped(source, tuple(result_shape), None, op.result.type)]
     target = b.allocate_result(op.result)
     flat = flat_index(result_shape, map_params(len(result_shape)))
     lines = [f"const int64_t __flat = {flat};"]
