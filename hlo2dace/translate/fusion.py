@@ -102,7 +102,7 @@ def _row_rank(cluster: ElementwiseCluster) -> int | None:
             binding = scope.env.get(v.name)
             if binding is None or (isinstance(binding, Pending) and binding.cluster is cluster):
                 continue
-            for row in unmaterialised_rows(binding, 1 << 20):
+            for row in unmaterialised_rows(binding, 1 << 8):
                 found.add(tuple(row.op.results[row.index].type.shape))
     if len(found) != 1 or any(not isinstance(n, (int, np.integer)) for n in cluster.shape):
         return None
