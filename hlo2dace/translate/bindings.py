@@ -350,11 +350,6 @@ class RowReduction(_Binding):
     materialise: Callable[[], list]
     materialised: list = field(default_factory=list)
 
-    @property
-    def row_rank(self) -> int:
-        """The rank of a row's point (the result's, before any view)."""
-        return self.op.results[self.index].type.rank
-
     def viewed(self, axes: Sequence[Axis], t: ir.TensorType) -> RowReduction:
         """This binding re-indexed by ``axes`` (one per dimension of it), as a view."""
         composed = tuple(axes) if self.axes is None else compose_axes(self.axes, axes)
