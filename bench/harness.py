@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from typing import Callable
 
+from hlo2dace import blas_core
 from hlo2dace.compare import median_seconds
 
 #: set by ``thread_environment(1)``: the measuring child runs on one CPU
@@ -44,8 +45,12 @@ def blas_kernels() -> str:
     an ``OPENBLAS_CORETYPE`` in the environment (Haswell: AVX2 even on an AVX-512 CPU,
     where XLA's own kernels use AVX-512) changes every BLAS-bound ratio."""
     core = os.environ.get("OPENBLAS_CORETYPE")
-    return (f"OpenBLAS's {core} kernels (`OPENBLAS_CORETYPE={core}` in the environment)"
-            if core else "OpenBLAS's kernels for this CPU")
+    if core:
+        return f"OpenBLAS's {core} kernels (`OPENBLAS_CORETYPE={core}` in the environment)"
+    chosen = blas_core.choice()
+    return (f"OpenBLAS's {chosen[1]} kernels (hlo2dace's choice: unaided, the library runs its "
+            f"{chosen[0]} kernels on this CPU; XLA has its own)" if chosen
+            else "OpenBLAS's kernels for this CPU")
 
 
 def interleaved(calls: dict[str, tuple[Callable, Callable | None]], budget: float,

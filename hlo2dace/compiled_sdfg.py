@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .blas_core import match_kernels
 from .errors import CompilationError
 
 #: the DaCe version whose internals this module reads
@@ -24,6 +25,7 @@ def load(build_folder: Path, sdfg: Any = None) -> Any:
     reading ``program.sdfgz``)."""
     from dace.codegen.compiler import load_precompiled_sdfg
 
+    match_kernels()  # before the program loads OpenBLAS
     return load_precompiled_sdfg(build_folder, sdfg=sdfg)
 
 

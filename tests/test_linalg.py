@@ -6,6 +6,11 @@ f16/bf16, NaN/inf/-0.0, empty dimensions, and both the BLAS and the loop-nest pa
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+
 import jax
 import jax.numpy as jnp
 import ml_dtypes
@@ -15,6 +20,7 @@ from dace.sdfg import nodes
 from jax import lax
 
 import hlo2dace
+from hlo2dace import blas_core
 from hlo2dace.errors import UnsupportedError
 from hlo2dace.optimize import shared_threads
 from hlo2dace.translate import linalg
@@ -717,3 +723,58 @@ def test_complex_products_are_xla_bit_for_bit(dtype):
         return out
 
     assert_matches_jax(f, *args)
+
+
+# ------------------------------------------------------------------ OpenBLAS's kernels
+
+AVX2 = {"avx", "avx2", "fma"}
+AVX512 = AVX2 | {"avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl"}
+
+
+@pytest.mark.parametrize("unaided, flags, chosen", [
+    ("Prescott", AVX512, "SkylakeX"), ("Prescott", AVX2, "Haswell"),
+    ("Nehalem", {"avx"}, "Sandybridge"), ("Sandybridge", AVX2, "Haswell"),
+    ("Haswell", AVX512, "SkylakeX"), ("SkylakeX", AVX512, None), ("Cooperlake", AVX512, None),
+    ("Zen", AVX2, None), ("Haswell", AVX2, None), ("Prescott", {"sse4_2"}, None),
+    ("Prescott", AVX512 - {"avx512bw"}, "Haswell"), ("Unheard", AVX2, None),
+])
+def test_openblas_kernels_follow_the_cpus_vector_instructions(unaided, flags, chosen):
+    """The kernels hlo2dace asks of OpenBLAS: the CPU's largest vector instruction set
+    (every flag it needs) where the library's own choice uses a smaller one, else none; a
+    name it does not know (a newer library's) is left alone."""
+    assert blas_core.better_kernels(unaided, flags) == chosen
+
+
+PROBE_KERNELS = """
+import ctypes, json, os
+import jax.numpy as jnp, numpy as np
+import hlo2dace
+from hlo2dace import blas_core
+x = np.ones((64, 64))
+np.testing.assert_allclose(np.asarray(hlo2dace.jit(lambda a: a @ a)(x)), x @ x)
+library = ctypes.CDLL(blas_core.LIBRARY)
+library.openblas_get_corename.restype = ctypes.c_char_p
+flags = blas_core._cpu_flags()
+print(json.dumps([library.openblas_get_corename().decode(), blas_core.cpu_level(flags),
+                  os.environ.get("OPENBLAS_CORETYPE")]))
+"""
+
+
+def test_programs_run_openblas_kernels_of_the_cpus_instruction_set():
+    """A program's products run OpenBLAS kernels of the CPU's largest vector instruction
+    set, even where the library does not know the CPU's model (Debian 12's OpenBLAS runs
+    SSE3 kernels on an Emerald Rapids Xeon unaided, 5.8x slower), and the environment
+    is left as it was; a user's ``OPENBLAS_CORETYPE`` is kept."""
+    if linalg.blas_implementation() != "OpenBLAS":
+        pytest.skip("OpenBLAS is not installed")
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
+    ran = subprocess.run([sys.executable, "-c", PROBE_KERNELS], env=env, capture_output=True,
+                         text=True, timeout=600)
+    assert ran.returncode == 0, ran.stderr[-4000:]
+    core, level, left = json.loads(ran.stdout.splitlines()[-1])
+    used = blas_core.kernel_level(core)
+    assert (used is None or used >= level) and left is None, (core, level)
+    ran = subprocess.run([sys.executable, "-c", PROBE_KERNELS], capture_output=True, text=True,
+                         env=dict(env, OPENBLAS_CORETYPE="Prescott"), timeout=600)
+    assert ran.returncode == 0, ran.stderr[-4000:]
+    assert json.loads(ran.stdout.splitlines()[-1])[::2] == ["Prescott", "Prescott"]
