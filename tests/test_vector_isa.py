@@ -24,6 +24,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import jax
@@ -252,3 +253,24 @@ def test_each_level_matches_xla(level, monkeypatch):
     letter = ISA_LEVELS[level][0]
     called = set(re.findall(rf"_ZGV{letter}N\d+v+_(\w+?)f?\b".encode(), library))
     assert called == {name.encode() for name in _vector_math_functions()}, called
+
+
+#: the tests of f16 arithmetic and conversions that depend on the CPU's f16 instructions
+F16_TESTS = ("tests/test_elementwise.py::test_products_are_contracted_where_xla_contracts_them",
+             "tests/test_elementwise.py::test_convert")
+
+
+def test_f16_rounds_as_xla_with_and_without_f16_instructions():
+    """Where the CPU has AVX512-FP16, XLA computes f16 in half precision (a contracted
+    product rounds once with its add, f64 converts to f16 in one rounding), elsewhere in
+    float (``h2d::mul_add_f16``, ``h2d::f64_to_f16``). The suite checks this CPU's way;
+    this checks the other too, on a CPU that has both: XLA held to AVX2
+    (``--xla_cpu_max_isa``) against hlo2dace's code built for x86-64-v3."""
+    if "avx512_fp16" not in _cpu_flags():
+        pytest.skip("this CPU has no f16 instructions: the suite checks the float way")
+    env = dict(os.environ, HLO2DACE_MARCH="x86-64-v3",
+               XLA_FLAGS=f"{os.environ.get('XLA_FLAGS', '')} --xla_cpu_max_isa=AVX2".strip())
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           *F16_TESTS], cwd=Path(__file__).parents[1], env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-4000:]

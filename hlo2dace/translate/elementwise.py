@@ -166,7 +166,10 @@ def _convert(op, args, ins, out: ElementType):
         if source.compute == "double":
             return f"h2d::{out.rounding}_to_float(h2d::double_to_{out.rounding}({x}))"
         return out.rounded(f"h2d::convert<float>({x})")
-    # f64 -> f16/bf16: to float here, then rounded by ``fit``: twice, as XLA converts
+    if out.element == "f16" and source.element in ("f64", "complex<f64>"):
+        # once where the CPU has f16 instructions, else through float, as XLA converts
+        return f"h2d::f64_to_f16(h2d::convert<double>({x}))"
+    # f64 -> bf16: to float here, then rounded by ``fit``: twice, as XLA converts
     return f"h2d::convert<{out.compute}>({x})"
 
 

@@ -227,8 +227,10 @@ ROW_BUFFER_BYTES = 1 << 15
 #: contracts an add (or subtract) with an operand that is a product (or, for an add, a
 #: negated product) of no other use in that fusion, the first such operand when both are.
 #: Measured against jax.jit: ``a*b+c``, ``c-a*b``, ``a*b-c*d`` (``fma(a, b, -(c*d))``),
-#: ``-(a*b)+c``, broadcasts between; no contraction for ``(a*b+c) * (a*b)``.
-_CONTRACTED_FLOATS = ("f32", "f64")
+#: ``-(a*b)+c``, broadcasts between; no contraction for ``(a*b+c) * (a*b)``. f16 products
+#: contract only where the CPU computes in f16 (AVX512-FP16), which the C++ decides
+#: (``h2d::mul_add_f16``: elsewhere the product rounds first, as uncontracted).
+_CONTRACTED_FLOATS = ("f16", "f32", "f64")
 
 
 @dataclass(frozen=True)
@@ -313,7 +315,8 @@ def contracted_expression(op: ir.Op, found: Contraction, factors: list[str],
         x = f"(-{x})"  # z - x*y and -(x*y) + z: fma(-x, y, z)
     elif op.name == "stablehlo.subtract":
         other = f"(-{other})"  # x*y - z: fma(x, y, -z)
-    return f"h2d::mul_add({x}, {y}, {other})"
+    function = "mul_add_f16" if op.result.type.element == "f16" else "mul_add"
+    return f"h2d::{function}({x}, {y}, {other})"
 
 
 @dataclass

@@ -537,6 +537,28 @@ template <typename T> inline T mul_add(T x, T y, T z) {
     return x * y + z;
 #endif
 }
+// f16 where the CPU computes in half precision (AVX512-FP16, `__AVX512FP16__` under
+// -march=native): LLVM keeps XLA's f16 ops in f16 there, so a contracted f16 product rounds
+// once with its add, and f64 converts to f16 in one rounding. Elsewhere LLVM computes each
+// f16 op in float and rounds it to f16, and converts f64 through float. Operands are f16
+// values held in floats; the results are rounded to f16 by the caller (`fit`), which
+// leaves an f16 value as it is.
+inline float mul_add_f16(float x, float y, float z) {
+#if defined(__AVX512FP16__)
+    // exact product, one rounding to double, one to f16: the double's rounding only loses
+    // bits of a product below half an f16 unit of z, where z is the f16 result either way
+    return (float)(_Float16)std::fma((double)x, (double)y, (double)z);
+#else
+    return round_f16(x * y) + z;
+#endif
+}
+inline float f64_to_f16(double x) {
+#if defined(__AVX512FP16__)
+    return (float)(_Float16)x;
+#else
+    return (float)x;
+#endif
+}
 template <typename T> inline T neg(T a) {
     if constexpr (is_int<T>) return (T)(uns<T>(0) - (uns<T>)a);
     else return -a;
