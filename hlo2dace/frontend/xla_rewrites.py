@@ -10,7 +10,8 @@ differently. Measured against jax.jit:
   ``A * (1 / C)`` (C a constant, A not) for f16, f32, f64 and complex numbers (bf16
   divides). ``y / 3.0`` differs from ``y * (1/3)`` in a third of the elements.
 * **Products of broadcast scalars are taken first**: ``(A * c) * s``, with ``c`` a
-  broadcast scalar constant and ``s`` any broadcast scalar, in any operand order, is
+  broadcast scalar constant and ``s`` any broadcast scalar (a scalar reshaped to one
+  element first too, as ``jnp.linspace`` has it), in any operand order, is
   ``A * (c * s)`` (f16, f32, f64; not bf16). ``(x * 2.5) * 0.37`` differs in a third of
   the elements.
 
@@ -107,11 +108,11 @@ def _reassociated(op: ir.Op, producers: dict[str, ir.Op]) -> list[ir.Op] | None:
         return None
     for k in (0, 1):
         inner, outer = producers.get(op.operands[k].name), producers.get(op.operands[1 - k].name)
-        s = _scalar(outer)
+        s = _scalar(outer, producers)
         if inner is None or inner.name != "stablehlo.multiply" or s is None:
             continue
         for j in (0, 1):
-            c = _scalar(producers.get(inner.operands[j].name))
+            c = _scalar(producers.get(inner.operands[j].name), producers)
             c_value = None if c is None else _constant(producers.get(c.name))
             if c_value is None:
                 continue
@@ -123,7 +124,7 @@ def _reassociated(op: ir.Op, producers: dict[str, ir.Op]) -> list[ir.Op] | None:
             else:
                 scale = ir.Op("stablehlo.multiply", (c, s), (ir.Value(name, c.type),),
                               location=op.location)
-            spread = _rebroadcast(outer, scale.result, f"{name}_broadcast")
+            spread = _rebroadcast(outer, scale.result, f"{name}_broadcast", scalar=True)
             return [scale, spread, _binary("stablehlo.multiply", op, inner.operands[1 - j],
                                            spread.result)]
     return None
@@ -138,15 +139,25 @@ def _broadcast_operand(op: ir.Op | None) -> ir.Value | None:
         else None
 
 
-def _scalar(op: ir.Op | None) -> ir.Value | None:
-    """The 0-d value that ``op`` broadcasts, if it broadcasts one."""
+def _scalar(op: ir.Op | None, producers: dict[str, ir.Op]) -> ir.Value | None:
+    """The 0-d value that ``op`` broadcasts, if it broadcasts one: directly, or reshaped
+    to one element first (``x * y[None]`` with a 0-d ``y``), a reshape that XLA elides."""
     operand = _broadcast_operand(op)
-    return operand if operand is not None and operand.type.rank == 0 else None
+    if operand is None or operand.type.rank == 0:
+        return operand
+    reshape = producers.get(operand.name)
+    if reshape is not None and reshape.name == "stablehlo.reshape" \
+            and reshape.operands[0].type.rank == 0:
+        return reshape.operands[0]
+    return None
 
 
-def _rebroadcast(broadcast: ir.Op, operand: ir.Value, name: str) -> ir.Op:
-    """``broadcast`` (a ``broadcast_in_dim``) of ``operand`` instead, as value ``name``."""
-    return dataclasses.replace(broadcast, operands=(operand,),
+def _rebroadcast(broadcast: ir.Op, operand: ir.Value, name: str, scalar: bool = False) -> ir.Op:
+    """``broadcast`` (a ``broadcast_in_dim``) of ``operand`` instead, as value ``name``;
+    ``scalar``: of a 0-d ``operand``, whatever the rank of the one it broadcast."""
+    attributes = ir.freeze({**broadcast.attributes, "broadcast_dimensions": ()}) if scalar \
+        else broadcast.attributes
+    return dataclasses.replace(broadcast, operands=(operand,), attributes=attributes,
                                results=(ir.Value(name, broadcast.result.type),))
 
 
