@@ -76,6 +76,17 @@ def flat_index(shape: Sequence[int], indices: Sequence[str]) -> str:
     return " + ".join(reversed(terms)) or "0"
 
 
+def unravel(flat: str, shape: Sequence[int]) -> list[str]:
+    """C++ for the indices in an array of ``shape`` of the row-major offset ``flat``
+    (the inverse of ``flat_index``)."""
+    out, stride = [], 1
+    for n in reversed(shape):
+        out.append(f"({flat} / {cpp_size(stride)}) % {cpp_size(n)}" if stride > 1
+                   else f"{flat} % {cpp_size(n)}")
+        stride *= n
+    return list(reversed(out))
+
+
 @dataclass(frozen=True)
 class Axis:
     """How one dimension of a view's source is indexed: ``offset + stride * i_dim``
@@ -395,12 +406,8 @@ class Reshaped(_Binding):
         """The index into the source's array (a view's source's) of the element at
         ``point``."""
         at = list(point) if self.axes is None else axes_point(self.axes, point)
-        flat, out, stride = f"({flat_index(self.shape, at)})", [], 1
-        for n in reversed(self.source.type.shape):  # the reshape's operand's shape
-            out.append(f"({flat} / {cpp_size(stride)}) % {cpp_size(n)}" if stride > 1
-                       else f"{flat} % {cpp_size(n)}")
-            stride *= n
-        position = list(reversed(out))
+        # the reshape's operand's index (its shape: the source's) of the row-major position
+        position = unravel(f"({flat_index(self.shape, at)})", self.source.type.shape)
         return axes_point(self.source.axes, position) if isinstance(self.source, View) \
             else position
 

@@ -31,6 +31,7 @@ from .bindings import (
     flat_index,
     map_params,
     unmaterialised_rows,
+    unravel,
     view_of,
 )
 from .builder import Builder, Reader
@@ -288,12 +289,7 @@ def reshape(b: Builder, op: ir.Op) -> list[Binding]:
     read = b.reader(operand, "__src", arrays)
     if isinstance(source, View):
         # read the view's source in place, at the operand's index of the row-major position
-        stride = 1
-        for d in reversed(range(len(source_shape))):
-            lines.append(f"const int64_t __o{d} = (__flat / {cpp_size(stride)}) % "
-                         f"{cpp_size(source_shape[d])};")
-            stride *= source_shape[d]
-        lines.append(f"__out = {read([f'__o{d}' for d in range(len(source_shape))])};")
+        lines.append(f"__out = {read(unravel('__flat', source_shape))};")
     else:
         lines.append("__out = __src[__flat];")
     b.emit.map("reshape", target.type.shape, "\n".join(lines),
