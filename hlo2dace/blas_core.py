@@ -135,5 +135,5 @@ def match_kernels() -> None:
         return
     finally:
         del os.environ["OPENBLAS_CORETYPE"]
-    LOGGER.info("OpenBLAS picks its %s kernels on this CPU; loaded with its %s kernels "
+    LOGGER.debug("OpenBLAS picks its %s kernels on this CPU; loaded with its %s kernels "
                 "(OPENBLAS_CORETYPE chooses others)", unaided, core)
