@@ -521,3 +521,28 @@ def test_set_of_every_element_copies_nothing():
     for name, (fun, copies) in cases.items():
         assert_matches_jax(fun, x)
         assert _copies(fun, x) == copies, name
+
+
+def test_set_of_every_element_is_its_update():
+    """A ``.set`` of every element at its own position whose result is no function
+    result is the update itself, as XLA's simplifier makes it: no map writes it (a
+    product's result, an argument, a pending value, read by a later op); a ``.set`` that
+    moves elements (a transpose), or an ``add``, still runs."""
+    x = np.linspace(-3.0, 4.0, 24).reshape(4, 6)
+    y = np.linspace(1.0, 2.0, 24).reshape(4, 6)
+    w = np.linspace(0.5, 1.5, 36).reshape(6, 6)
+
+    def whole(x, y, w):
+        return {"product": jnp.sin(x.at[:].set(x @ w)),
+                "argument": x.at[:, :].set(y) * 2.0,
+                "pending": jnp.cos(x.at[:].set(jnp.exp(y))) + x}
+
+    def partly(x, y, w):
+        return {"add": x.at[:].add(y) * 2.0, "rows": x.at[1:].set(y[1:]) * 2.0}
+
+    for fun, scatters in ((whole, 0), (partly, 2)):
+        assert_matches_jax(fun, x, y, w, rtol=1e-13, atol=1e-13)
+        sdfg = hlo2dace.jit(fun, optimize="default").lower(x, y, w).as_sdfg()
+        maps = [n.label for n, _ in sdfg.all_nodes_recursive()
+                if isinstance(n, dace.nodes.MapEntry) and n.label.startswith("scatter")]
+        assert len(maps) == scatters, maps

@@ -15,7 +15,14 @@ from jax import lax
 
 import hlo2dace
 
-from util import ALL_DTYPES, assert_arrays_match, assert_matches_jax, dtype_id, special_values
+from util import (
+    ALL_DTYPES,
+    assert_arrays_match,
+    assert_matches_jax,
+    dtype_id,
+    random_operand,
+    special_values,
+)
 
 
 def sample(dtype, shape, seed: int = 0) -> np.ndarray:
@@ -617,3 +624,30 @@ def test_reshapes_read_in_place_by_elementwise_ops(dtype):
             return {"product": product, "loop": lax.fori_loop(0, 3, step, x)}
 
         assert_matches_jax(others, x, y, rtol=1e-2 if dtype == ml_dtypes.bfloat16 else 1e-6)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex128], ids=dtype_id)
+def test_reshapes_of_whole_arrays_read_in_place_by_products(dtype):
+    """A reshape of a whole array that only products read (a batch of matrices made one
+    tall matrix, either operand, merged or split dimensions) is read by the BLAS call in
+    the array's memory: no reshaping map, XLA's results. A reshape of a view, or one that
+    another op reads too, is written once, as before."""
+    x, w, v = (random_operand(dtype, shape, seed=k)
+               for k, shape in enumerate([(6, 5, 8), (8, 7), (3, 40)]))
+
+    def products(x, w, v):
+        return {"merged": jnp.reshape(x, (30, 8)) @ w,
+                "both": jnp.reshape(v, (6, 20)) @ jnp.reshape(x, (20, 12)),
+                "as rhs": w.T @ jnp.reshape(x, (8, 30))}
+
+    def mixed(x, w, v):
+        flat = jnp.reshape(x, (30, 8))
+        return {"also elementwise": (flat @ w, jnp.sin(flat)),
+                "of a view": jnp.reshape(x[:, 1:], (24, 8)) @ w}
+
+    rtol = 2e-5 if dtype == np.float32 else 1e-12
+    assert_matches_jax(products, x, w, v, rtol=rtol, atol=rtol)
+    assert_matches_jax(mixed, x, w, v, rtol=rtol, atol=rtol)
+    sdfg = hlo2dace.jit(products).lower(x, w, v).as_sdfg()
+    labels = [n.label for n, _ in sdfg.all_nodes_recursive() if type(n).__name__ == "MapEntry"]
+    assert not [label for label in labels if "reshape" in label], labels

@@ -389,7 +389,8 @@ class Reshaped(_Binding):
     across dimensions (a transposed array made flat, a repeat), read only by elementwise
     ops (through views: ``axes``, or None), not written: their maps read each element in
     place, at the source's index of its row-major position, as XLA fuses a reshape into
-    its consumers. Anything else gets it written once (``materialised``)."""
+    its consumers; or, of a whole array, read only by products, which read the array's
+    memory. Anything else gets it written once (``materialised``)."""
 
     source: Union[Array, View]
     shape: tuple[int, ...]

@@ -335,7 +335,8 @@ def scatter(b: Builder, op: ir.Op) -> list[Binding]:
     the updates as ``_plan`` allows, each looping over the rest in order. A box of
     updates known at translation time (``_strided_window``) is one map over the updates
     with no index arithmetic; order-free updates into large integer results run in
-    parallel with a compare-and-swap per element."""
+    parallel with a compare-and-swap per element. A ``.set`` of every element at its
+    own position is its updates, unless its results have arrays to go into."""
     n = (len(op.operands) - 1) // 2
     inputs, indices, updates = op.operands[:n], op.operands[n], op.operands[n + 1:]
     numbers = _numbers(b, op, "scatter_dimension_numbers")
@@ -359,6 +360,13 @@ def scatter(b: Builder, op: ir.Op) -> list[Binding]:
     window_sizes = [update_shape[window_of[d]] if d in window_of else 1
                     for d in range(len(shape))]
     strided = _strided_window(b, op, numbers, window_of, window_sizes)
+    if strided is not None and _replaces(op.regions[0], n) and update_shape == shape \
+            and all(dim == d or size == 1 for d, ((_, _, dim), size)
+                    in enumerate(zip(strided, shape))) \
+            and not any(r.name in b.scope.destinations for r in op.results):
+        # every element set to the update at its own position (``x.at[:].set(y)``): the
+        # results are the updates, as XLA's simplifier makes them
+        return [b.binding(v) for v in updates]
     if strided is not None:
         b.absorb(updates, op, inputs,
                  [Axis(dim, stride, offset) for offset, stride, dim in strided])

@@ -54,6 +54,7 @@ from .bindings import (
     Binding,
     Literal,
     Pending,
+    Reshaped,
     View,
     cpp_size,
     dace_shape,
@@ -196,6 +197,16 @@ def strided_operand(binding: Union[Array, Literal, View]) -> Operand | None:
         if axis.dim is not None:
             strides[axis.dim] += stride * axis.stride
     return Operand(binding.source, offset, tuple(strides))
+
+
+def _operand_in_place(b: Builder, value: ir.Value) -> Operand | None:
+    """``strided_operand`` of ``value``; a reshape of a whole array (``Reshaped``) is that
+    array's memory in the reshape's row-major layout, read where it lies, not copied."""
+    bound = b.binding(value)
+    if isinstance(bound, Reshaped) and isinstance(bound.source, Array) \
+            and bound.axes is None and not bound.materialised:
+        return Operand(bound.source, 0, tuple(row_major(value.type.shape)))
+    return strided_operand(b.readable(value))
 
 
 def read_element(binding: Union[Array, Literal, View], element: ElementType,
@@ -409,7 +420,7 @@ def _arrange(b: Builder, op: ir.Op, product: _Product, fits,
     ``convert``'s storage type), else copied once into the layout batch x free x K (lhs)
     or batch x K x free (rhs)."""
     values = list(values or op.operands)
-    in_place = [strided_operand(b.readable(v)) for v in values]
+    in_place = [_operand_in_place(b, v) for v in values]
     for side, operand in enumerate(in_place):
         if (operand is not None and convert is not None
                 and precision_key(operand.element) != precision_key(convert[1])):

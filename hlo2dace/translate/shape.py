@@ -254,13 +254,21 @@ def same_values(op, knowns, shapes):
     return None if knowns[0] is None else list(knowns[0].flat)
 
 
+def _read_by_products(scope, value: ir.Value) -> bool:
+    """Whether only products read ``value``: they read a reshape of a whole array in its
+    memory, which has the reshape's row-major layout (``linalg._operand_in_place``)."""
+    users = scope.uses.get(value.name, ())
+    return bool(users) and all(user.name == "stablehlo.dot_general" for user in users)
+
+
 @register("stablehlo.reshape",
           known=lambda op, operand: operand(0).astype(result_dtype(op)),
           shape_rule=_reshape_shape, value_rule=same_values, scalar_alias=True, view=True)
 def reshape(b: Builder, op: ir.Op) -> list[Binding]:
     """A view where only unit dimensions come or go. Otherwise, where only elementwise ops
-    read the result (through views), bound lazily (``Reshaped``): their maps read each
-    element where it lies; else one map that reads each element where it lies (through a
+    read the result (through views), or only products read a reshape of a whole array,
+    bound lazily (``Reshaped``): their maps read each element where it lies, the products
+    the array's memory; else one map that reads each element where it lies (through a
     view's source too), so no copy precedes it."""
     (operand,) = op.operands
     source_shape = [n for n in operand.type.shape]
@@ -280,7 +288,9 @@ def reshape(b: Builder, op: ir.Op) -> list[Binding]:
     source = b.readable(operand)
     if source.is_literal:
         return [Literal(source.value, op.result.type)]
-    if lazy:
+    if lazy or (isinstance(source, Array) and _read_by_products(b.scope, op.result)
+                and op.result.name not in b.scope.destinations
+                and not symbolic.is_symbolic(op.result.type)):
         return [Reshaped(source, tuple(result_shape), None, op.result.type)]
     target = b.allocate_result(op.result)
     flat = flat_index(result_shape, map_params(len(result_shape)))
