@@ -747,7 +747,7 @@ def test_openblas_kernels_follow_the_cpus_vector_instructions(unaided, flags, ch
 
 PROBE_KERNELS = """
 import ctypes, json, os
-import jax.numpy as jnp, numpy as np
+import numpy as np
 import hlo2dace
 from hlo2dace import blas_core
 x = np.ones((64, 64))

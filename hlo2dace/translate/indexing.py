@@ -360,22 +360,20 @@ def scatter(b: Builder, op: ir.Op) -> list[Binding]:
     window_sizes = [update_shape[window_of[d]] if d in window_of else 1
                     for d in range(len(shape))]
     strided = _strided_window(b, op, numbers, window_of, window_sizes)
-    if strided is not None and _replaces(op.regions[0], n) and update_shape == shape \
-            and all(dim == d or size == 1 for d, ((_, _, dim), size)
-                    in enumerate(zip(strided, shape))) \
-            and not any(r.name in b.scope.destinations for r in op.results):
-        # every element set to the update at its own position (``x.at[:].set(y)``): the
-        # results are the updates, as XLA's simplifier makes them
-        return [b.binding(v) for v in updates]
-    if strided is not None:
-        b.absorb(updates, op, inputs,
-                 [Axis(dim, stride, offset) for offset, stride, dim in strided])
-
     # a ``.set`` of every element (``x.at[:].set(y)``): the operands are not copied first
     replaced = strided is not None and _replaces(op.regions[0], n) and all(
         offset == 0 and (size == 1 if dim is None else update_shape[dim] == size
                          and (stride == 1 or size == 1))
         for (offset, stride, dim), size in zip(strided, shape))
+    if replaced and update_shape == shape \
+            and not any(r.name in b.scope.destinations for r in op.results):
+        # each element set to the update at its own position (window dimensions keep
+        # their order): the results are the updates, as XLA's simplifier makes them
+        return [b.binding(v) for v in updates]
+    if strided is not None:
+        b.absorb(updates, op, inputs,
+                 [Axis(dim, stride, offset) for offset, stride, dim in strided])
+
     targets = []
     for value, result in zip(inputs, op.results):
         source = b.readable(value)
