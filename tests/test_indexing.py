@@ -478,8 +478,9 @@ def _copies(fun, *args) -> int:
 
 def test_updates_at_last_use_are_in_place():
     """A scatter or dynamic_update_slice whose operand is dead afterwards updates the
-    operand's array instead of a copy (as XLA reuses the buffer); an operand still read
-    later, or read by the update itself, is copied."""
+    operand's array instead of a copy (as XLA reuses the buffer), also where the operand
+    was read before, in the function result it is built in; an operand still read later,
+    or read by the update itself, is copied."""
     x = np.linspace(-3.0, 4.0, 96).astype(np.float32).reshape(12, 8)
     i = np.int32(3)
 
@@ -499,10 +500,17 @@ def test_updates_at_last_use_are_in_place():
         y = x * 2.0
         return y.at[1:].set(y[:-1]), lax.dynamic_update_slice(y, y[2:4], (i, i * 0))
 
+    def read_before_update(x, i):  # the first update's result is read, then updated
+        y = jnp.sin(x).at[2].set(1.0)
+        z = lax.dynamic_update_slice(x * 2.0, x[:1] + 1.0, (i, i * 0))
+        return y.at[0].set(jnp.sum(y, axis=0)), z.at[1:3].add(z[3:5] * 3.0)
+
     for fun in (chain, still_read, read_by_update):
         assert_matches_jax(fun, x, i)
+    assert_matches_jax(read_before_update, x, i, rtol=1e-6)  # a sum in another order
     assert _copies(chain, x, i) == 0
     assert _copies(still_read, x, i) == 1
+    assert _copies(read_before_update, x, i) == 0
 
 
 def test_set_of_every_element_copies_nothing():

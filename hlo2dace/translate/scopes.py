@@ -104,10 +104,9 @@ def updates_in_results(block: ir.Block, destinations: dict[str, str]) -> None:
     """A function result made by a chain of updates (``zeros.at[a].set(u).at[b].set(v)``)
     or of loops (each carrying the last one's result) is built in its own array: the
     operand of an update or loop whose result goes into an array goes there too, if the
-    op is its only user, so each update is in place (``Builder.claim_in_place``), each
-    loop runs in that array, and nothing is copied. Only for the entry function, whose
-    result arrays nothing reads."""
-    uses = collect_uses(block.ops)
+    op is its last user (earlier users read it there), so each update is in place
+    (``Builder.claim_in_place``), each loop runs in that array, and nothing is copied.
+    Only for the entry function, whose result arrays nothing reads."""
     produced = {r.name for op in block.ops for r in op.results}
     for op in reversed(block.ops):
         carried = {k: k for k in range(len(op.results))} \
@@ -115,9 +114,7 @@ def updates_in_results(block: ir.Block, destinations: dict[str, str]) -> None:
         for k, j in carried.items():
             operand, target = op.operands[k], destinations.get(op.results[j].name)
             if (target is not None and operand.name in produced
-                    and operand.name not in destinations
-                    and [id(user) for user in uses.get(operand.name, ())] == [id(op)]
-                    and sum(v.name == operand.name for v in op.operands) == 1):
+                    and operand.name not in destinations and _last_use(block, operand, op)):
                 destinations[operand.name] = target
 
 
