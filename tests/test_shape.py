@@ -651,3 +651,32 @@ def test_reshapes_of_whole_arrays_read_in_place_by_products(dtype):
     sdfg = hlo2dace.jit(products).lower(x, w, v).as_sdfg()
     labels = [n.label for n, _ in sdfg.all_nodes_recursive() if type(n).__name__ == "MapEntry"]
     assert not [label for label in labels if "reshape" in label], labels
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32], ids=dtype_id)
+def test_products_reshaped_into_results_write_there(dtype):
+    """A product whose result only a reshape, or a ``.set`` of every element, brings to
+    a function result (NPBench's doitgen: ``A.at[:].set(reshape(reshape(A) @ C))``)
+    writes the result's array in its own shape: no map copies it there. A product that
+    does not write through one pointer (an outer product, bf16 summed in f32), or whose
+    result is read elsewhere too, goes through its own array, as before."""
+    a, w = random_operand(dtype, (4, 5, 6), seed=1), random_operand(dtype, (6, 6), seed=2)
+
+    def direct(a, w):
+        return {"doitgen": a.at[:].set(jnp.reshape(jnp.reshape(a, (4, 5, 1, 6)) @ w,
+                                                   (4, 5, 6))),
+                "flat": (a @ w).reshape(-1), "rows": (a @ w.T).reshape(20, 6)}
+
+    def through_own_array(a, w):
+        return {"outer": (a[..., :1] @ w[:1]).reshape(20, 6),
+                "bf16": (a.astype(jnp.bfloat16) @ w.astype(jnp.bfloat16)).reshape(-1),
+                "read too": ((a @ w).reshape(-1), jnp.sum(a @ w))}
+
+    rtol = 2e-5 if dtype == np.float32 else 1e-12
+    for fun, copies in ((direct, 0), (through_own_array, 3)):
+        assert_matches_jax(fun, a, w, rtol=rtol, atol=rtol, tolerances={"['bf16']": 4})
+        sdfg = hlo2dace.jit(fun).lower(a, w).as_sdfg()
+        maps = [n.label for n, _ in sdfg.all_nodes_recursive()
+                if type(n).__name__ == "MapEntry"
+                and n.label.startswith(("copy", "reshape", "scatter"))]
+        assert len(maps) == copies, maps

@@ -47,6 +47,7 @@ from .bindings import (
     RowReduction,
     Tuple,
     View,
+    dace_shape,
     flat_index,
     map_params,
     recomputed_reads,
@@ -197,14 +198,18 @@ class Builder:
 
         return read_view
 
-    def allocate_result(self, value: ir.Value, hint: str = "", scope: Scope | None = None
-                        ) -> Array:
+    def allocate_result(self, value: ir.Value, hint: str = "", scope: Scope | None = None,
+                        whole: bool = False) -> Array:
         """The array an op writes ``value`` into: its destination (a function result, a
         loop-carried array; the claim is taken: no other op writes it) if it has one and
-        nothing read later still needs what that array holds, else a new transient."""
+        nothing read later still needs what that array holds, else a new transient. A
+        destination of another shape (``same_memory``) only where the op writes ``whole``
+        arrays through pointers, which see the same row-major memory."""
         assert isinstance(value.type, ir.TensorType)
         destination = (scope or self.scope).claim(value) if (scope or self.scope) else None
-        if destination is not None and self.overwritable(destination):
+        if destination is not None and self.overwritable(destination) and (
+                whole or list(map(str, self.emit.sdfg.arrays[destination].shape))
+                == list(map(str, dace_shape(value.type)))):
             return Array(destination, value.type)
         return self.emit.add_array(hint or value.name.lstrip("%"), value.type)
 

@@ -339,15 +339,16 @@ class Emitter:
             self.state.add_edge(node, conn, self.write(memlet.data), None, memlet)
         return node
 
-    @staticmethod
-    def _memlet(access: Access, rank: int, pointers: dict, conn: str,
+    def _memlet(self, access: Access, rank: int, pointers: dict, conn: str,
                 written: bool = False) -> dace.Memlet:
         if isinstance(access, dace.Memlet):
             return access
         if isinstance(access, Whole):
             pointers[conn] = access.array
-            full = ", ".join(f"0:{n}" for n in dace_shape(access.array.type))
-            return dace.Memlet(f"{access.array.name}[{full}]", dynamic=written)
+            # the array's own shape: a pointer sees any reshape of it (``whole_result``)
+            name = access.array.name
+            full = ", ".join(f"0:{n}" for n in self.sdfg.arrays[name].shape)
+            return dace.Memlet(f"{name}[{full}]", dynamic=written)
         binding = access.binding
         if isinstance(access, Value):
             return dace.Memlet(f"{binding.name}[0]")

@@ -328,7 +328,25 @@ def _plan(op: ir.Op, numbers: dict, window_of: dict[int, int],
     return batching, -(-window // (window // CHUNK))
 
 
-@register("stablehlo.scatter", updates=lambda op: {k: k for k in range(len(op.results))})
+def _sets_every_element(op: ir.Op) -> int | None:
+    """The updates operand of ``x.at[:].set(y)`` with ``y`` of ``x``'s shape (no index
+    components, every dimension a window dimension in order): the result is ``y``."""
+    numbers = op.attr("scatter_dimension_numbers")
+    if len(op.operands) != 3 or not isinstance(numbers, ir.StructAttr):
+        return None
+    fields = {key: tuple(value) if isinstance(value, tuple) else value
+              for key, value in numbers.fields.items()}
+    rank = op.operands[0].type.rank
+    every = (not fields.get("scatter_dims_to_operand_dims")
+             and not fields.get("inserted_window_dims")
+             and not fields.get("input_batching_dims")
+             and tuple(map(int, fields.get("update_window_dims", ()))) == tuple(range(rank))
+             and op.operands[2].type.shape == op.operands[0].type.shape)
+    return 2 if every and _replaces(op.regions[0], 1) else None
+
+
+@register("stablehlo.scatter", updates=lambda op: {k: k for k in range(len(op.results))},
+          same_memory=_sets_every_element)
 def scatter(b: Builder, op: ir.Op) -> list[Binding]:
     """The operands copied into the results (or the results are the operands' own
     arrays, updated in place), then the updates applied by one map whose iterations split
@@ -365,10 +383,14 @@ def scatter(b: Builder, op: ir.Op) -> list[Binding]:
         offset == 0 and (size == 1 if dim is None else update_shape[dim] == size
                          and (stride == 1 or size == 1))
         for (offset, stride, dim), size in zip(strided, shape))
-    if replaced and update_shape == shape \
-            and not any(r.name in b.scope.destinations for r in op.results):
+    if replaced and update_shape == shape and (
+            not any(r.name in b.scope.destinations for r in op.results)
+            or b.binding(updates[0]).is_array(b.scope.destinations.get(op.results[0].name))):
         # each element set to the update at its own position (window dimensions keep
         # their order): the results are the updates, as XLA's simplifier makes them
+        # (a product may have written them into the result's array: ``same_memory``)
+        for result in op.results:
+            b.scope.claim(result)
         return [b.binding(v) for v in updates]
     if strided is not None:
         b.absorb(updates, op, inputs,

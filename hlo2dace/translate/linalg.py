@@ -345,7 +345,7 @@ def _dot_general_shape(inference, op, operands, shapes, knowns, env):
     return [tuple(batch + free_l + free_r)]
 
 
-@register("stablehlo.dot_general", shape_rule=_dot_general_shape)
+@register("stablehlo.dot_general", shape_rule=_dot_general_shape, whole_result=True)
 def dot_general(b: Builder, op: ir.Op) -> list[Binding]:
     lhs, rhs = op.operands
     numbers = op.attr("dot_dimension_numbers")
@@ -359,7 +359,10 @@ def dot_general(b: Builder, op: ir.Op) -> list[Binding]:
     lhs_element, rhs_element, result, compute = op_types(b, op, "product")
     full = _Product.of(op, tuple(zip(lhs_batch, rhs_batch)),
                        tuple(zip(lhs_contract, rhs_contract)))
-    target = b.allocate_result(op.result)
+    # every path of a contraction in the result's own type writes it through a pointer
+    whole = full.k > 1 and not compute.is_stored_as_bits \
+        and precision_key(compute) == precision_key(result)
+    target = b.allocate_result(op.result, whole=whole)
     if op.result.type.size == 0:
         pass
     elif full.k == 0:  # an empty sum

@@ -26,6 +26,11 @@ A record holds:
   broadcasts inside reducer bodies and comparators);
 * ``view``: its result re-indexes its operand (slices, transposes, broadcasts);
 * ``carries``: its results are its operands carried through a loop.
+* ``same_memory``: its result is one operand's elements in the same row-major order (a
+  reshape; a ``.set`` of every element is its updates), so that operand may be computed
+  in the result's destination;
+* ``whole_result``: its translator writes its result through one pointer (a product), so
+  its destination may be an array of another shape of as many elements.
 """
 
 from __future__ import annotations
@@ -89,6 +94,12 @@ class OpRecord:
     #: result ``k`` is operand ``k`` carried through a loop, which may run in that
     #: operand's array (``control._reusable``)
     carries: bool = False
+    #: ``same_memory(op)`` -> the operand whose elements the result is in their row-major
+    #: order, or None (``scopes.updates_in_results``)
+    same_memory: Callable | None = None
+    #: the translator writes the whole result through one pointer: its destination may
+    #: have another shape (``Builder.allocate_result``)
+    whole_result: bool = False
 
     def translator(self, target: str) -> Callable | None:
         return self.translators.get(target)

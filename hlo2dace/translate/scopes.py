@@ -106,16 +106,42 @@ def updates_in_results(block: ir.Block, destinations: dict[str, str]) -> None:
     operand of an update or loop whose result goes into an array goes there too, if the
     op is its last user (earlier users read it there), so each update is in place
     (``Builder.claim_in_place``), each loop runs in that array, and nothing is copied.
+    A product whose result only a reshape or a ``.set`` of every element reads on the way
+    to an array (``same_memory``) writes it there in its own shape (``whole_result``).
     Only for the entry function, whose result arrays nothing reads."""
-    produced = {r.name for op in block.ops for r in op.results}
+    producers = {r.name: op for op in block.ops for r in op.results}
+    uses = collect_uses(block.ops)
+
+    def written_whole(value: ir.Value) -> bool:
+        producer = producers.get(value.name)
+        if producer is None:
+            return False
+        k = _same_memory(producer)
+        return registry.record(producer.name).whole_result or (
+            k is not None and written_whole(producer.operands[k]))
+
     for op in reversed(block.ops):
         carried = {k: k for k in range(len(op.results))} \
             if registry.record(op.name).carries else window_updates(op)
         for k, j in carried.items():
             operand, target = op.operands[k], destinations.get(op.results[j].name)
-            if (target is not None and operand.name in produced
+            if (target is not None and operand.name in producers
                     and operand.name not in destinations and _last_use(block, operand, op)):
                 destinations[operand.name] = target
+        k = _same_memory(op)
+        if k is not None and op.results[0].name in destinations:
+            operand = op.operands[k]
+            if (operand.name not in destinations and written_whole(operand)
+                    and [id(user) for user in uses[operand.name]] == [id(op)]
+                    and op.operands.count(operand) == 1):
+                destinations[operand.name] = destinations[op.results[0].name]
+
+
+def _same_memory(op: ir.Op) -> int | None:
+    """The operand whose elements ``op``'s result is in row-major order (its record's
+    ``same_memory``), or None."""
+    rule = registry.record(op.name).same_memory
+    return rule(op) if rule is not None else None
 
 
 def updates_in_place(module: ir.Module, block: ir.Block, argument: ir.Value,

@@ -263,14 +263,18 @@ def _read_by_products(scope, value: ir.Value) -> bool:
 
 @register("stablehlo.reshape",
           known=lambda op, operand: operand(0).astype(result_dtype(op)),
-          shape_rule=_reshape_shape, value_rule=same_values, scalar_alias=True, view=True)
+          shape_rule=_reshape_shape, value_rule=same_values, scalar_alias=True, view=True,
+          same_memory=lambda op: 0)
 def reshape(b: Builder, op: ir.Op) -> list[Binding]:
     """A view where only unit dimensions come or go. Otherwise, where only elementwise ops
     read the result (through views), or only products read a reshape of a whole array,
     bound lazily (``Reshaped``): their maps read each element where it lies, the products
     the array's memory; else one map that reads each element where it lies (through a
-    view's source too), so no copy precedes it."""
+    view's source too), so no copy precedes it. A product that wrote its result into
+    this one's destination (``same_memory``) wrote it in row-major order: nothing to do."""
     (operand,) = op.operands
+    if b.binding(operand).is_array(b.scope.destinations.get(op.result.name)):
+        return [Array(b.scope.claim(op.result), op.result.type)]
     source_shape = [n for n in operand.type.shape]
     result_shape = list(op.result.type.shape)
     if [n for n in source_shape if n != 1] == [n for n in result_shape if n != 1]:
