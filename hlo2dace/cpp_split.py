@@ -38,6 +38,7 @@ by a mask read from a ``bool`` array.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -45,6 +46,10 @@ from dataclasses import dataclass
 #: a part of the body is at least this many characters of C++ (smaller programs are one
 #: file: each further file costs its compiler a parse of the prelude)
 MIN_PART_CHARS = 60_000
+#: where cores would otherwise idle, a part is at least this many: each file's parse of the
+#: prelude costs about as much as compiling 15,000 characters of body (NPBench's resnet, 91,000
+#: characters: one file 1.46 s, two parts and the main file on two cores 1.00 s)
+MIN_PARALLEL_PART_CHARS = 40_000
 #: at most this many parts: the compiler's jobs are few, and each part parses the prelude
 MAX_PARTS = 8
 
@@ -55,6 +60,12 @@ class Split:
 
     main: str
     parts: tuple[str, ...]
+
+
+def _cores() -> int:
+    """The cores this process may use: the compiler's parallel jobs."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
+        os.cpu_count() or 1
 
 
 def program_files(code: str, program: str, parts: int | None = None,
@@ -133,7 +144,8 @@ def _declarations(definitions: Sequence[str]) -> str:
 def split(code: str, program: str, parts: int | None = None,
           functions: Sequence[str] = ()) -> Split | None:
     """``code`` (DaCe's file for the program named ``program``) as a main file and
-    ``parts`` part files (default: by size, ``MIN_PART_CHARS`` each, at most ``MAX_PARTS``),
+    ``parts`` part files (default: by size, ``MIN_PART_CHARS`` each, or one per core of
+    ``MIN_PARALLEL_PART_CHARS`` each where that makes more, at most ``MAX_PARTS``),
     its repeated blocks compiled once (``_Sharing``); None where it stays one file as
     DaCe wrote it."""
     function = f"__program_{program}_internal"
@@ -166,7 +178,9 @@ def split(code: str, program: str, parts: int | None = None,
     pieces = [(f, "") for f in functions] + [
         (sharing.defined.get(k, ""), statement) for k, statement in enumerate(statements)]
     sizes = [len(definition) + len(statement) for definition, statement in pieces]
-    count = parts or min(MAX_PARTS, sum(sizes) // MIN_PART_CHARS)
+    total = sum(sizes)
+    count = parts or min(MAX_PARTS, max(total // MIN_PART_CHARS,
+                                        min(_cores(), total // MIN_PARALLEL_PART_CHARS)))
     count = min(count, len(blocks))
     prelude, epilogue = code[:start], code[tokens.positions[body_close] + 1:]
     declarations = _declarations([*functions, *sharing.defined.values()])
