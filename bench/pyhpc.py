@@ -8,7 +8,9 @@ docs/pyhpc.png.
 The benchmarks' code is imported from the user's checkout, never copied. Each thread
 setting runs in a fresh process, since XLA fixes its thread pool when it starts. Before
 timing, freed memory is kept in the process (``mallopt``), or every backend that
-allocates per call would pay page faults. hlo2dace's outputs are checked against XLA's;
+allocates per call would pay page faults. The backends take turns in rounds, the best
+round's median kept (``harness.interleaved``), so that a burst of load from other processes
+does not decide a ratio. hlo2dace's outputs are checked against XLA's;
 the first ``hlo2dace.jit`` call of each benchmark is timed with an empty cache (translation,
 optimisation and C++ build)."""
 
@@ -24,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness import blas_kernels, thread_environment
+from harness import blas_kernels, interleaved, thread_environment
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 BENCHMARKS = {  # name -> (module prefix, JAX entry point)
@@ -47,7 +49,7 @@ def measure(checkout: Path, sizes, budget: float) -> list[dict]:
     import numpy as np
 
     import hlo2dace
-    from hlo2dace.compare import keep_freed_memory, median_seconds
+    from hlo2dace.compare import keep_freed_memory
 
     jax.config.update("jax_enable_x64", True)
     sys.path.insert(0, str(checkout))
@@ -73,11 +75,11 @@ def measure(checkout: Path, sizes, budget: float) -> list[dict]:
             def run(fun, arrays):  # as pyhpc's own harness: the same inputs every call
                 return lambda: jax.block_until_ready(fun(*arrays))
 
+            times = interleaved({"numpy": (run(numpy_module.run, numpy_inputs), None),
+                                 "xla": (run(xla, jax_inputs), None),
+                                 "hlo2dace": (run(ours, jax_inputs), None)}, budget)
             row = {
-                "benchmark": name, "size": size,
-                "numpy": median_seconds(run(numpy_module.run, numpy_inputs), budget),
-                "xla": median_seconds(run(xla, jax_inputs), budget),
-                "hlo2dace": median_seconds(run(ours, jax_inputs), budget),
+                "benchmark": name, "size": size, **times,
                 "first_call": first_call if k == 0 else None,
                 "max_relative_error": max(errors),
             }
