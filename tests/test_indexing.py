@@ -505,7 +505,11 @@ def test_updates_at_last_use_are_in_place():
         z = lax.dynamic_update_slice(x * 2.0, x[:1] + 1.0, (i, i * 0))
         return y.at[0].set(jnp.sum(y, axis=0)), z.at[1:3].add(z[3:5] * 3.0)
 
-    for fun in (chain, still_read, read_by_update):
+    def read_after_update(x, i):  # views of the operand still to be read after it
+        y = (x * 3.0).at[2].set(1.0)
+        return y.at[3].set(7.0), y[3:5] * 2.0, y.T[1:3] + 1.0
+
+    for fun in (chain, still_read, read_by_update, read_after_update):
         assert_matches_jax(fun, x, i)
     assert_matches_jax(read_before_update, x, i, rtol=1e-6)  # a sum in another order
     assert _copies(chain, x, i) == 0
