@@ -316,10 +316,11 @@ def write(rows: list[dict], command: str) -> None:
         dace_ratios = [_ratio(r, "dace") for r in mine if _ratio(r, "dace")
                        and r.get("dace_error_vs_numpy", 0) <= 1e-5]
         ok = sum(r.get("verdict") == "OK" for r in mine)
+        dace = f"{geomean(dace_ratios):.2f} ({len(dace_ratios)})" if dace_ratios else "not run"
         lines.append(
             f"| {preset} | {threads} | {ok} of {len(mine)} | {geomean(ours):.2f} | "
             f"{sum(1 for q in ours if q and q > 1.5)} | {sum(1 for q in ours if q and q <= 1)} "
-            f"| {geomean(dace_ratios):.2f} ({len(dace_ratios)}) | "
+            f"| {dace} | "
             f"{geomean(_ratio(r, 'numpy') for r in mine):.2f} |")
     for preset, threads in settings:
         mine = sorted((r for r in rows if (r["preset"], r["threads"]) == (preset, threads)),
