@@ -359,8 +359,9 @@ def dot_general(b: Builder, op: ir.Op) -> list[Binding]:
     lhs_element, rhs_element, result, compute = op_types(b, op, "product")
     full = _Product.of(op, tuple(zip(lhs_batch, rhs_batch)),
                        tuple(zip(lhs_contract, rhs_contract)))
-    # every path of a contraction in the result's own type writes it through a pointer
-    whole = full.k > 1 and not compute.is_stored_as_bits \
+    # every path of a contraction (``_product``: also where k is a symbol) in the result's
+    # own type writes it through a pointer
+    whole = full.k not in (0, 1) and not compute.is_stored_as_bits \
         and precision_key(compute) == precision_key(result)
     target = b.allocate_result(op.result, whole=whole)
     if op.result.type.size == 0:
