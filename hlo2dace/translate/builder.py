@@ -251,22 +251,16 @@ class Builder:
         return binding
 
     def write_pieces(self, pieces: Pieces, target: Array) -> None:
-        """Copy each part of a concatenation into its window of ``target``."""
+        """Copy each part of a concatenation into its window of ``target``, every part's
+        write in ONE access node, so that readers of the result depend on all."""
         written = []
-        state = self.emit.state
         for part, (start, _) in zip(pieces.parts, pieces.extents()):
             offsets = [0] * pieces.type.rank
             offsets[pieces.dimension] = start
             self.emit.copy(part, target, offsets)
             if part.type.size:
                 written.append(self.emit.read(target.name))  # the node the copy wrote
-        # every piece into ONE access node, so that readers of the result depend on all
-        for node in written[:-1]:
-            if node is not written[-1]:
-                for edge in state.in_edges(node):
-                    state.add_edge(edge.src, edge.src_conn, written[-1], edge.dst_conn,
-                                   edge.data)
-                state.remove_node(node)
+        self.emit.join_writes(written)
 
     def claim_in_place(self, value: ir.Value, op: ir.Op, result: ir.Value) -> Array | None:
         """The array holding ``value`` if ``op`` may write ``result`` into it (an update in

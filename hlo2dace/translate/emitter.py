@@ -356,22 +356,43 @@ class Emitter:
                            f"{', '.join(binding.subscripts(rank, access.subscripts))}]")
 
     def copy(self, source: Union[Array, Literal, View], target: Array,
-             offsets: Sequence[int] | None = None) -> None:
+             offsets: Sequence[int] | None = None,
+             skipped: Sequence[Sequence[tuple[int, int]]] = ()) -> None:
         """Write ``source`` into ``target`` (at ``offsets``, else all of it) with one map
-        over the source's shape."""
+        over the source's shape; but for the ``skipped`` boxes of the source ((start, stop)
+        per dimension: positions that later writes replace), one map per box of the rest
+        (``uncovered``), their writes joined in one access node."""
         t = source.type
         if t.size == 0:
             return
-        params = map_params(t.rank)
-        inputs = {}
-        if source.is_literal:
-            code = f"__out = {literal(source.value, dtypes.of(t), storage=True)};"
-        else:
-            inputs["__in"] = Element(source)
-            code = "__out = __in;"
-        subscripts = None if offsets is None else \
-            [f"{o} + {p}" if o else p for o, p in zip(offsets, params)]
-        self.map("copy", t.shape, code, inputs, {"__out": Element(target, subscripts)})
+        boxes = uncovered(t.shape, skipped) if skipped and t.is_static else None
+        if boxes is None:
+            boxes = [[(0, n) for n in t.shape]]
+        offsets = offsets or [0] * t.rank
+        written = []
+        for box in boxes:
+            params = map_params(t.rank)
+            inputs = {}
+            if source.is_literal:
+                code = f"__out = {literal(source.value, dtypes.of(t), storage=True)};"
+            else:
+                inputs["__in"] = Element(source, _shifted(params, [s for s, _ in box]))
+                code = "__out = __in;"
+            at = _shifted(params, [o + s for o, (s, _) in zip(offsets, box)])
+            self.map("copy", [stop - start for start, stop in box], code, inputs,
+                     {"__out": Element(target, at)})
+            written.append(self.read(target.name))
+        self.join_writes(written)
+
+    def join_writes(self, nodes: Sequence[dace.nodes.AccessNode]) -> None:
+        """Access nodes of this state that maps wrote (parts of one array) as one, the
+        last, so that readers of the array depend on every write."""
+        for node in nodes[:-1]:
+            if node is not nodes[-1]:
+                for edge in self.state.in_edges(node):
+                    self.state.add_edge(edge.src, edge.src_conn, nodes[-1], edge.dst_conn,
+                                        edge.data)
+                self.state.remove_node(node)
 
     def propagate_map(self, entry: dace.nodes.MapEntry, exit_: dace.nodes.MapExit) -> None:
         """The outer memlets of a new top-level map. DaCe's own propagation looks up the
@@ -405,6 +426,47 @@ class Emitter:
             memlet.volume = sum(m.volume for m in memlets) * int(np.prod(the_map.range.size()))
             memlet.dynamic = any(m.dynamic for m in memlets)
             outer.data = memlet
+
+
+def _shifted(params: Sequence[str], starts: Sequence[int]) -> list[str] | None:
+    """Subscripts ``start + param`` of a map's point (None: the point itself)."""
+    if not any(starts):
+        return None
+    return [f"{s} + {p}" if s else p for s, p in zip(starts, params)]
+
+
+def uncovered(shape: Sequence[int], boxes: Sequence[Sequence[tuple[int, int]]],
+              limit: int = 16) -> list[list[tuple[int, int]]] | None:
+    """The positions of ``shape`` outside all ``boxes`` ((start, stop) per dimension) as
+    at most ``limit`` disjoint boxes, or None (more pieces). Along each dimension in turn,
+    each run of positions that the same boxes cover is one piece: a run no box covers is
+    kept whole, one that a box covers in every later dimension dropped, the rest split
+    along the next dimension."""
+    pieces: list[list[tuple[int, int]]] = []
+
+    def split(d: int, prefix: list[tuple[int, int]], covering: frozenset[int]) -> None:
+        cuts = sorted({0, shape[d], *(x for k in covering for x in boxes[k][d]
+                                      if 0 < x < shape[d])})
+        runs: list[list] = []  # [start, stop, the boxes covering the run]
+        for start, stop in zip(cuts, cuts[1:]):
+            inside = frozenset(k for k in covering
+                               if boxes[k][d][0] <= start and stop <= boxes[k][d][1])
+            if runs and runs[-1][2] == inside:
+                runs[-1][1] = stop
+            else:
+                runs.append([start, stop, inside])
+        for start, stop, inside in runs:
+            if len(pieces) > limit:
+                return
+            here = [*prefix, (start, stop)]
+            if not inside:
+                pieces.append([*here, *((0, n) for n in shape[d + 1:])])
+            elif not any(all(boxes[k][e][0] <= 0 and boxes[k][e][1] >= shape[e]
+                             for e in range(d + 1, len(shape))) for k in inside):
+                split(d + 1, here, inside)
+
+    split(0, [], frozenset(range(len(boxes))))
+    return pieces if len(pieces) <= limit else None
 
 
 def point_subset(memlets: Sequence[dace.Memlet], the_map: dace.nodes.Map, use_dst: bool

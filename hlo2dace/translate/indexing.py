@@ -345,6 +345,62 @@ def _sets_every_element(op: ir.Op) -> int | None:
     return 2 if every and _replaces(op.regions[0], 1) else None
 
 
+def _windows(numbers: dict, shape: Sequence[int], update_shape: Sequence[int]
+             ) -> tuple[dict[int, int], list[int]]:
+    """Operand dimension -> the update dimension its window runs along (none for inserted
+    and batching dimensions: a window of one element), and the size of the window along
+    each operand dimension."""
+    window_of: dict[int, int] = {}
+    free = iter(numbers.get("update_window_dims", ()))
+    for d in range(len(shape)):
+        if d not in numbers.get("inserted_window_dims", ()) and d not in numbers.get(
+                "input_batching_dims", ()):
+            window_of[d] = next(free)
+    return window_of, [update_shape[window_of[d]] if d in window_of else 1
+                       for d in range(len(shape))]
+
+
+def _box(strided: Sequence[tuple[int, int, int | None]], update_shape: Sequence[int]
+         ) -> list[tuple[int, int]] | None:
+    """The positions of a strided box (``_strided_window``) as (start, stop) per
+    dimension, if it has no gaps (steps of 1, or one position)."""
+    box = []
+    for offset, stride, dim in strided:
+        extent = 1 if dim is None else update_shape[dim]
+        if extent > 1 and stride != 1:
+            return None
+        box.append((offset, offset + extent))
+    return box
+
+
+#: the most later updates whose boxes a scatter's copy of its operand leaves out
+LATER_UPDATES = 64
+
+
+def _replaced_later(b: Builder, value: ir.Value) -> list[list[tuple[int, int]]]:
+    """Boxes of ``value`` that later ops replace before anything reads them: its one user
+    is a ``.set`` of a known box (``_box``) into it, as ``x.at[1:-1, 0].set(u)``, whose
+    result is followed the same way (a function result is read by the return)."""
+    boxes = []
+    while len(boxes) < LATER_UPDATES:
+        users = b.scope.uses.get(value.name, ())
+        if len(users) != 1 or users[0].name != "stablehlo.scatter":
+            break
+        (user,) = users
+        if (len(user.operands) != 3 or user.operands[0] != value
+                or value in user.operands[1:] or not _replaces(user.regions[0], 1)):
+            break
+        numbers = _numbers(b, user, "scatter_dimension_numbers")
+        shape, update_shape = value.type.shape, user.operands[2].type.shape
+        strided = _strided_window(b, user, numbers, *_windows(numbers, shape, update_shape))
+        box = _box(strided, update_shape) if strided is not None else None
+        if box is None:
+            break
+        boxes.append(box)
+        value = user.results[0]
+    return boxes
+
+
 @register("stablehlo.scatter", updates=lambda op: {k: k for k in range(len(op.results))},
           same_memory=_sets_every_element)
 def scatter(b: Builder, op: ir.Op) -> list[Binding]:
@@ -359,7 +415,6 @@ def scatter(b: Builder, op: ir.Op) -> list[Binding]:
     inputs, indices, updates = op.operands[:n], op.operands[n], op.operands[n + 1:]
     numbers = _numbers(b, op, "scatter_dimension_numbers")
     window_dims = numbers.get("update_window_dims", ())
-    inserted = numbers.get("inserted_window_dims", ())
     input_batching = numbers.get("input_batching_dims", ())
     indices_batching = numbers.get("scatter_indices_batching_dims", ())
     to_operand = numbers.get("scatter_dims_to_operand_dims", ())
@@ -368,15 +423,7 @@ def scatter(b: Builder, op: ir.Op) -> list[Binding]:
     elements = [dtypes.of(v.type, op.name, op.location) for v in op.results]
     update_elements = [dtypes.of(v.type, op.name, op.location) for v in updates]
 
-    # operand dimension -> the update dimension its window runs along (None: inserted or
-    # batching, a window of one element), and the size of the window there
-    window_of: dict[int, int] = {}
-    free = iter(window_dims)
-    for d in range(len(shape)):
-        if d not in inserted and d not in input_batching:
-            window_of[d] = next(free)
-    window_sizes = [update_shape[window_of[d]] if d in window_of else 1
-                    for d in range(len(shape))]
+    window_of, window_sizes = _windows(numbers, shape, update_shape)
     strided = _strided_window(b, op, numbers, window_of, window_sizes)
     # a ``.set`` of every element (``x.at[:].set(y)``): the operands are not copied first
     replaced = strided is not None and _replaces(op.regions[0], n) and all(
@@ -401,7 +448,11 @@ def scatter(b: Builder, op: ir.Op) -> list[Binding]:
         source = b.readable(value)
         target = b.claim_in_place(value, op, result) or b.allocate_result(result)
         if not source.is_array(target.name) and not replaced:  # else in place
-            b.emit.copy(source, target)
+            # not the elements that this op and the next ones replace before any read
+            own = _box(strided, update_shape) if strided is not None and _replaces(
+                op.regions[0], n) else None
+            b.emit.copy(source, target, skipped=[*filter(None, [own]), *(
+                _replaced_later(b, result) if n == 1 else ())])
         targets.append(target)
     if targets[0].type.size == 0 or updates[0].type.size == 0:
         return targets
