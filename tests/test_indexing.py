@@ -491,8 +491,9 @@ def test_copies_leave_out_what_later_sets_replace(dtype):
     """An operand copied into a scatter's result leaves out the box that the scatter and
     the ``.set``s after it replace before anything reads them (pyhpc's isoneutral fills
     ``Ai[1:-2, 2:-2, k:, i, j]`` of an argument this way); a box read in between, added
-    to, or set at indices known only at run time is copied."""
-    x, u = sample(dtype, (9, 8, 6, 2, 2)), sample(dtype, (9, 8, 6), seed=1)
+    to, or set at indices known only at run time is copied, and so is all of it where
+    the pieces left would share most cache lines with what is left out."""
+    x, u = sample(dtype, (12, 12, 16, 2, 2)), sample(dtype, (12, 12, 16), seed=1)
     i = np.int32(2)
 
     def corners(x, u, i):
@@ -502,28 +503,31 @@ def test_copies_leave_out_what_later_sets_replace(dtype):
         return x
 
     def from_zeros(x, u, i):
-        y = jnp.zeros_like(x).at[2:5, :, :, 0].set(x[:3, :, :, 1])
-        return y.at[:, 1:, :, :, 1].set(x[:, :-1, :, :, 0] + 1)
+        return jnp.zeros_like(x).at[2:5].set(x[:3] * 2).at[:, 1:].set(x[:, :-1] + 1)
 
     def read_between(x, u, i):
-        y = x.at[1:3, :, :, 0, 0].set(u[:2])
-        z = y[2:5, :, :, 0, 0] * 2
-        return y.at[2:5, :, :, 0, 0].set(z)
+        y = x.at[1:3].set(x[5:7] * 2)
+        return y.at[2:5].set(y[2:5] * 2)
 
     def added_after(x, u, i):
-        return x.at[1:3, ..., 0, 0].set(u[:2]).at[2:5, ..., 0, 0].add(u[3:6])
+        return x.at[1:3].set(x[5:7] * 2).at[2:5].add(x[6:9])
 
     def set_at_run_time(x, u, i):
-        return x.at[1:3, ..., 0, 0].set(u[:2]).at[i, ..., 0, 1].set(u[4])
+        return x.at[1:3].set(x[5:7] * 2).at[i].set(x[8])
 
-    for fun in (corners, from_zeros, read_between, added_after, set_at_run_time):
+    def sharing_cache_lines(x, u, i):  # tke's ``tke.at[2:-2, 2:-2, :, 1].set``
+        return x.at[2:-2, 2:-2, :, :, 1].set(x[:-4, :-4, :, :, 0])
+
+    for fun in (corners, from_zeros, read_between, added_after, set_at_run_time,
+                sharing_cache_lines):
         assert_matches_jax(fun, x, u, i)
-    whole, own = x.size, 2 * 8 * 6
-    assert _copied_elements(corners, x, u, i) == whole - 6 * 4 * (2 * 5 + 2 * 6)
-    assert _copied_elements(from_zeros, x, u, i) == whole - (3 * 8 * 6 * 2 + 9 * 7 * 6 * 2
-                                                             - 3 * 7 * 6)
+    whole, row = x.size, x[0].size
+    assert _copied_elements(corners, x, u, i) == whole - 9 * 8 * (2 * 15 + 2 * 16)
+    assert _copied_elements(from_zeros, x, u, i) == whole - (3 * row + 12 * 11 * 64
+                                                             - 3 * 11 * 64)
     for fun in (read_between, added_after, set_at_run_time):
-        assert _copied_elements(fun, x, u, i) == whole - own, fun.__name__
+        assert _copied_elements(fun, x, u, i) == whole - 2 * row, fun.__name__
+    assert _copied_elements(sharing_cache_lines, x, u, i) == whole
 
 
 def test_updates_at_last_use_are_in_place():

@@ -366,7 +366,9 @@ class Emitter:
         if t.size == 0:
             return
         boxes = uncovered(t.shape, skipped) if skipped and t.is_static else None
-        if boxes is None:
+        item = dtypes.of(t).storage_numpy.itemsize
+        if boxes is None or sum(_bytes_moved(t.shape, box, item) for box in boxes) \
+                > 0.9 * t.size * item:  # pieces that share cache lines: copy it all
             boxes = [[(0, n) for n in t.shape]]
         offsets = offsets or [0] * t.rank
         written = []
@@ -433,6 +435,21 @@ def _shifted(params: Sequence[str], starts: Sequence[int]) -> list[str] | None:
     if not any(starts):
         return None
     return [f"{s} + {p}" if s else p for s, p in zip(starts, params)]
+
+
+def _bytes_moved(shape: Sequence[int], box: Sequence[tuple[int, int]], item: int,
+                 line: int = 64) -> int:
+    """About how many bytes a copy of ``box`` of a row-major array of ``shape`` moves:
+    whole cache lines of each contiguous run, but at most the distance between runs."""
+    if not shape:
+        return item
+    j = len(shape) - 1
+    while j > 0 and tuple(box[j]) == (0, shape[j]):
+        j -= 1
+    inner = int(np.prod(shape[j + 1:], dtype=np.int64)) * item
+    runs = int(np.prod([stop - start for start, stop in box[:j]], dtype=np.int64))
+    run = (box[j][1] - box[j][0]) * inner
+    return runs * min(shape[j] * inner, -(-run // line) * line)
 
 
 def uncovered(shape: Sequence[int], boxes: Sequence[Sequence[tuple[int, int]]],
