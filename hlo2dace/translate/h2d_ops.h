@@ -919,27 +919,22 @@ template <typename R> inline R expm1_r(R a) {
 inline double xla_tanh(double a) {
     constexpr double c = 17.714196154005176;
     const double x = blend(a > c, c, blend(a < -c, -c, a));  // NaN stays NaN
+    constexpr double odd[] = {2.6158007860482230e-23, 7.6534862268749319e-19,
+                              3.1309488231386680e-15, 4.2303918148209176e-12,
+                              2.4618379131293676e-09, 6.8644367682497074e-07,
+                              9.3839087674268880e-05, 5.9809711724441161e-03,
+                              1.5184719640284322e-01, 1.0};
+    constexpr double even[] = {6.463747022670968018e-21, 5.782506856739003571e-17,
+                               1.293019623712687916e-13, 1.123643448069621992e-10,
+                               4.492975677839633985e-08, 8.785185266237658698e-06,
+                               8.295161192716231542e-04, 3.437448108450402717e-02,
+                               4.851805297361760360e-01, 1.0};
     const double x2 = x * x;
-    double p = 2.6158007860482230e-23;
-    p = std::fma(x2, p, 7.6534862268749319e-19);
-    p = std::fma(x2, p, 3.1309488231386680e-15);
-    p = std::fma(x2, p, 4.2303918148209176e-12);
-    p = std::fma(x2, p, 2.4618379131293676e-09);
-    p = std::fma(x2, p, 6.8644367682497074e-07);
-    p = std::fma(x2, p, 9.3839087674268880e-05);
-    p = std::fma(x2, p, 5.9809711724441161e-03);
-    p = std::fma(x2, p, 1.5184719640284322e-01);
-    p = std::fma(x2, p, 1.0);
-    double q = 6.463747022670968018e-21;
-    q = std::fma(x2, q, 5.782506856739003571e-17);
-    q = std::fma(x2, q, 1.293019623712687916e-13);
-    q = std::fma(x2, q, 1.123643448069621992e-10);
-    q = std::fma(x2, q, 4.492975677839633985e-08);
-    q = std::fma(x2, q, 8.785185266237658698e-06);
-    q = std::fma(x2, q, 8.295161192716231542e-04);
-    q = std::fma(x2, q, 3.437448108450402717e-02);
-    q = std::fma(x2, q, 4.851805297361760360e-01);
-    q = std::fma(x2, q, 1.0);
+    double p = odd[0], q = even[0];
+    for (int i = 1; i < 10; ++i) {
+        p = std::fma(x2, p, odd[i]);
+        q = std::fma(x2, q, even[i]);
+    }
     return blend(std::fabs(a) >= 20.0, std::copysign(1.0, a), x * p / q);
 }
 template <typename R> inline R tanh_r(R a) {  // f64: XLA reads a denormal as zero
