@@ -491,8 +491,9 @@ def test_copies_leave_out_what_later_sets_replace(dtype):
     """An operand copied into a scatter's result leaves out the box that the scatter and
     the ``.set``s after it replace before anything reads them (pyhpc's isoneutral fills
     ``Ai[1:-2, 2:-2, k:, i, j]`` of an argument this way); a box read in between, added
-    to, or set at indices known only at run time is copied, and so is all of it where
-    the pieces left would share most cache lines with what is left out."""
+    to, or set at indices known only at run time is copied. Where the pieces left would
+    share most cache lines with what is left out, a set of one element of the last
+    dimensions writes the operand's elements beside it itself; else all is copied."""
     x, u = sample(dtype, (12, 12, 16, 2, 2)), sample(dtype, (12, 12, 16), seed=1)
     i = np.int32(2)
 
@@ -515,11 +516,18 @@ def test_copies_leave_out_what_later_sets_replace(dtype):
     def set_at_run_time(x, u, i):
         return x.at[1:3].set(x[5:7] * 2).at[i].set(x[8])
 
-    def sharing_cache_lines(x, u, i):  # tke's ``tke.at[2:-2, 2:-2, :, 1].set``
-        return x.at[2:-2, 2:-2, :, :, 1].set(x[:-4, :-4, :, :, 0])
+    def one_of_a_block(x, u, i):  # tke's ``tke.at[2:-2, 2:-2, :, 1].set``
+        return x.at[2:-2, 2:-2, :, :, 1].set(x[:-4, :-4, :, :, 0] * 3)
+
+    def one_of_a_block_then_more(x, u, i):
+        y = x.at[2:-2, 2:-2, :, 1, 1].set(u[:-4, :-4] * 3)
+        return y.at[:, 1].set(-x[:, 2]).at[:, :, :, 0, 0].set(u)
+
+    def many_of_a_block(x, u, i):
+        return x.at[:, :, :, 0, :].set(x[:, :, :, 1, :] * 2)
 
     for fun in (corners, from_zeros, read_between, added_after, set_at_run_time,
-                sharing_cache_lines):
+                one_of_a_block, one_of_a_block_then_more, many_of_a_block):
         assert_matches_jax(fun, x, u, i)
     whole, row = x.size, x[0].size
     assert _copied_elements(corners, x, u, i) == whole - 9 * 8 * (2 * 15 + 2 * 16)
@@ -527,7 +535,12 @@ def test_copies_leave_out_what_later_sets_replace(dtype):
                                                              - 3 * 11 * 64)
     for fun in (read_between, added_after, set_at_run_time):
         assert _copied_elements(fun, x, u, i) == whole - 2 * row, fun.__name__
-    assert _copied_elements(sharing_cache_lines, x, u, i) == whole
+    # a set of one element of the last 2 (or 4) that would share every cache line with
+    # the rest writes those whole, the copy the slabs around; of two, the whole is copied
+    assert _copied_elements(one_of_a_block, x, u, i) == whole - 8 * 8 * 16 * 4
+    assert _copied_elements(one_of_a_block_then_more, x, u, i) == whole - (
+        8 * 8 * 16 * 4 + 12 * 16 * 4 + 12 * 12 * 16 - 8 * 8 * 16 - 12 * 16)
+    assert _copied_elements(many_of_a_block, x, u, i) == whole
 
 
 def test_updates_at_last_use_are_in_place():

@@ -365,11 +365,7 @@ class Emitter:
         t = source.type
         if t.size == 0:
             return
-        boxes = uncovered(t.shape, skipped) if skipped and t.is_static else None
-        item = dtypes.of(t).storage_numpy.itemsize
-        if boxes is None or sum(_bytes_moved(t.shape, box, item) for box in boxes) \
-                > 0.9 * t.size * item:  # pieces that share cache lines: copy it all
-            boxes = [[(0, n) for n in t.shape]]
+        boxes = pieces_to_copy(t, skipped) or [[(0, n) for n in t.shape]]
         offsets = offsets or [0] * t.rank
         written = []
         for box in boxes:
@@ -435,6 +431,19 @@ def _shifted(params: Sequence[str], starts: Sequence[int]) -> list[str] | None:
     if not any(starts):
         return None
     return [f"{s} + {p}" if s else p for s, p in zip(starts, params)]
+
+
+def pieces_to_copy(t: ir.TensorType, skipped: Sequence[Sequence[tuple[int, int]]]
+                   ) -> list[list[tuple[int, int]]] | None:
+    """The boxes of ``t`` outside the ``skipped`` ones (``uncovered``), if copying them
+    moves fewer cache lines than copying all of ``t``, else None (pieces that share most
+    lines with what they leave out save no memory traffic)."""
+    boxes = uncovered(t.shape, skipped) if skipped and t.is_static else None
+    item = dtypes.of(t).storage_numpy.itemsize
+    if boxes is None or sum(_bytes_moved(t.shape, box, item) for box in boxes) \
+            > 0.9 * t.size * item:
+        return None
+    return boxes
 
 
 def _bytes_moved(shape: Sequence[int], box: Sequence[tuple[int, int]], item: int,

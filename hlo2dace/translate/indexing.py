@@ -36,7 +36,7 @@ from .bindings import (
 )
 from .builder import Builder, Reader
 from .cpp import Loop, Writer
-from .emitter import Element, Whole, schedule_for
+from .emitter import Element, Whole, pieces_to_copy, schedule_for
 from .known import known_value
 from .registry import register
 from .shape import clamped_starts
@@ -280,6 +280,52 @@ def _update_strided(b: Builder, op: ir.Op, targets: Sequence[Array],
                 for k, target in enumerate(targets)}, max(1, len(computed)))
 
 
+#: the most bytes of an operand's last dimensions that a ``.set`` of one element of them
+#: writes whole (``_block``)
+BLOCK_BYTES = 64
+
+
+def _block(box: Sequence[tuple[int, int]], shape: Sequence[int], item: int) -> int | None:
+    """The first of the last dimensions of ``shape`` that hold at most ``BLOCK_BYTES``
+    together and in which a ``.set``'s ``box`` is one element (``tke.at[2:-2, 2:-2, :,
+    1].set``: the last dimension), if the box is partial there: copying the operand
+    around such a box touches every cache line the box touches, so the ``.set`` writes
+    these dimensions whole instead (``_update_blocks``). None where there are none."""
+    first = len(shape)
+    while (first and box[first - 1][1] - box[first - 1][0] == 1
+           and int(np.prod(shape[first - 1:], dtype=np.int64)) * item <= BLOCK_BYTES):
+        first -= 1
+    return first if int(np.prod(shape[first:], dtype=np.int64)) > 1 else None
+
+
+def _update_blocks(b: Builder, op: ir.Op, target: Array, operand: ir.Value, first: int,
+                   boxes: Sequence[tuple[int, int, int | None]]) -> None:
+    """A ``.set`` of a strided box (``_strided_window``) as one map over the updates in
+    which each update writes the dimensions of the operand from ``first`` on whole
+    (``_block``): its element, and the operand's elements beside it, so that each cache
+    line there is read and written once (a copy, then the update, write it twice)."""
+    updates = op.operands[2:]
+    shape, rank = target.type.shape, updates[0].type.rank
+    params = map_params(rank)
+    computed: list[str] = []
+    inputs, names = b.element_reads(updates, rank, "__x", computed)
+    arrays: dict[str, Array] = {}
+    read = b.reader(operand, "__src", arrays)
+    outer = [str(offset) if dim is None else f"{offset} + {stride} * (int64_t){params[dim]}"
+             for offset, stride, dim in boxes[:first]]
+    own = tuple(offset for offset, _, _ in boxes[first:])
+    element = dtypes.of(target.type)
+    code = [*computed, f"const auto __u = {element.store(names[0])};"]
+    for inner in np.ndindex(*shape[first:]):
+        at = flat_index(shape, [*outer, *map(str, inner)])
+        code.append(f"__dst[{at}] = " + ("__u" if inner == own else
+                                         read([*outer, *map(str, inner)])) + ";")
+    inputs.update((conn, Whole(array)) for conn, array in arrays.items())
+    inputs["__prev"] = Whole(target)  # after the copy of the rest of the operand
+    b.emit.map("scatter", updates[0].type.shape, "\n".join(code), inputs,
+               {"__dst": Whole(target)}, max(1, len(computed)))
+
+
 def _replaces(region: ir.Region, n: int) -> bool:
     """Whether the body returns its update arguments as they are (``.set``)."""
     block = region.entry
@@ -443,7 +489,7 @@ def scatter(b: Builder, op: ir.Op) -> list[Binding]:
         b.absorb(updates, op, inputs,
                  [Axis(dim, stride, offset) for offset, stride, dim in strided])
 
-    targets = []
+    targets, blocked = [], None
     for value, result in zip(inputs, op.results):
         source = b.readable(value)
         target = b.claim_in_place(value, op, result) or b.allocate_result(result)
@@ -451,10 +497,19 @@ def scatter(b: Builder, op: ir.Op) -> list[Binding]:
             # not the elements that this op and the next ones replace before any read
             own = _box(strided, update_shape) if strided is not None and _replaces(
                 op.regions[0], n) else None
-            b.emit.copy(source, target, skipped=[*filter(None, [own]), *(
-                _replaced_later(b, result) if n == 1 else ())])
+            skipped = [*filter(None, [own]), *(_replaced_later(b, result) if n == 1 else ())]
+            first = _block(own, shape, elements[0].storage_numpy.itemsize) if (
+                own is not None and n == 1 and pieces_to_copy(value.type, skipped) is None
+            ) else None
+            if first is not None:  # the op writes its blocks whole, the copy the rest
+                blocked = (value, first)
+                skipped[0] = [*own[:first], *((0, k) for k in shape[first:])]
+            b.emit.copy(source, target, skipped=skipped)
         targets.append(target)
     if targets[0].type.size == 0 or updates[0].type.size == 0:
+        return targets
+    if blocked is not None:
+        _update_blocks(b, op, targets[0], *blocked, strided)
         return targets
     if strided is not None:
         _update_strided(b, op, targets, strided)
