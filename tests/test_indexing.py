@@ -494,7 +494,7 @@ def test_copies_leave_out_what_later_sets_replace(dtype):
     to, or set at indices known only at run time is copied. Where the pieces left would
     share most cache lines with what is left out, a set of one element of the last
     dimensions writes the operand's elements beside it itself; else all is copied."""
-    x, u = sample(dtype, (12, 12, 16, 2, 2)), sample(dtype, (12, 12, 16), seed=1)
+    x, u = sample(dtype, (16, 16, 32, 2, 2)), sample(dtype, (16, 16, 32), seed=1)
     i = np.int32(2)
 
     def corners(x, u, i):
@@ -530,17 +530,20 @@ def test_copies_leave_out_what_later_sets_replace(dtype):
                 one_of_a_block, one_of_a_block_then_more, many_of_a_block):
         assert_matches_jax(fun, x, u, i)
     whole, row = x.size, x[0].size
-    assert _copied_elements(corners, x, u, i) == whole - 9 * 8 * (2 * 15 + 2 * 16)
-    assert _copied_elements(from_zeros, x, u, i) == whole - (3 * row + 12 * 11 * 64
-                                                             - 3 * 11 * 64)
+    assert _copied_elements(corners, x, u, i) == whole - 13 * 12 * (2 * 31 + 2 * 32)
+    assert _copied_elements(from_zeros, x, u, i) == whole - (3 * row + 16 * 15 * 128
+                                                             - 3 * 15 * 128)
     for fun in (read_between, added_after, set_at_run_time):
         assert _copied_elements(fun, x, u, i) == whole - 2 * row, fun.__name__
     # a set of one element of the last 2 (or 4) that would share every cache line with
     # the rest writes those whole, the copy the slabs around; of two, the whole is copied
-    assert _copied_elements(one_of_a_block, x, u, i) == whole - 8 * 8 * 16 * 4
+    assert _copied_elements(one_of_a_block, x, u, i) == whole - 12 * 12 * 32 * 4
     assert _copied_elements(one_of_a_block_then_more, x, u, i) == whole - (
-        8 * 8 * 16 * 4 + 12 * 16 * 4 + 12 * 12 * 16 - 8 * 8 * 16 - 12 * 16)
+        12 * 12 * 32 * 4 + 16 * 32 * 4 + 16 * 16 * 32 - 12 * 12 * 32 - 16 * 32)
     assert _copied_elements(many_of_a_block, x, u, i) == whole
+    small = x[:6, :6, :6]  # 7 KB or less: copied whole by one map
+    assert_matches_jax(one_of_a_block, small, u, i)
+    assert _copied_elements(one_of_a_block, small, u, i) == small.size
 
 
 def test_updates_at_last_use_are_in_place():

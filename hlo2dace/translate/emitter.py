@@ -433,13 +433,20 @@ def _shifted(params: Sequence[str], starts: Sequence[int]) -> list[str] | None:
     return [f"{s} + {p}" if s else p for s, p in zip(starts, params)]
 
 
+#: the smallest array whose copy ``pieces_to_copy`` splits (a smaller one is copied at
+#: cache speed by one map, where each piece would add a map to build)
+MIN_SPLIT_BYTES = 1 << 16
+
+
 def pieces_to_copy(t: ir.TensorType, skipped: Sequence[Sequence[tuple[int, int]]]
                    ) -> list[list[tuple[int, int]]] | None:
     """The boxes of ``t`` outside the ``skipped`` ones (``uncovered``), if copying them
     moves fewer cache lines than copying all of ``t``, else None (pieces that share most
     lines with what they leave out save no memory traffic)."""
-    boxes = uncovered(t.shape, skipped) if skipped and t.is_static else None
     item = dtypes.of(t).storage_numpy.itemsize
+    if not skipped or not t.is_static or t.size * item < MIN_SPLIT_BYTES:
+        return None
+    boxes = uncovered(t.shape, skipped)
     if boxes is None or sum(_bytes_moved(t.shape, box, item) for box in boxes) \
             > 0.9 * t.size * item:
         return None
@@ -449,16 +456,20 @@ def pieces_to_copy(t: ir.TensorType, skipped: Sequence[Sequence[tuple[int, int]]
 def _bytes_moved(shape: Sequence[int], box: Sequence[tuple[int, int]], item: int,
                  line: int = 64) -> int:
     """About how many bytes a copy of ``box`` of a row-major array of ``shape`` moves:
-    whole cache lines of each contiguous run, but at most the distance between runs."""
+    whole cache lines of each contiguous run, but at most the distance to the next run
+    (runs closer than a line share it)."""
     if not shape:
         return item
     j = len(shape) - 1
     while j > 0 and tuple(box[j]) == (0, shape[j]):
         j -= 1
-    inner = int(np.prod(shape[j + 1:], dtype=np.int64)) * item
-    runs = int(np.prod([stop - start for start, stop in box[:j]], dtype=np.int64))
-    run = (box[j][1] - box[j][0]) * inner
-    return runs * min(shape[j] * inner, -(-run // line) * line)
+    run = (box[j][1] - box[j][0]) * int(np.prod(shape[j + 1:], dtype=np.int64)) * item
+    extents = [stop - start for start, stop in box[:j]]
+    runs = int(np.prod(extents, dtype=np.int64))
+    # the next run: one step along the innermost dimension before j that the box spans
+    k = max((d for d, n in enumerate(extents) if n > 1), default=None)
+    gap = int(np.prod(shape[k + 1:], dtype=np.int64)) * item if k is not None else run
+    return runs * min(gap, -(-run // line) * line)
 
 
 def uncovered(shape: Sequence[int], boxes: Sequence[Sequence[tuple[int, int]]],

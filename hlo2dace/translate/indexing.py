@@ -501,9 +501,11 @@ def scatter(b: Builder, op: ir.Op) -> list[Binding]:
             first = _block(own, shape, elements[0].storage_numpy.itemsize) if (
                 own is not None and n == 1 and pieces_to_copy(value.type, skipped) is None
             ) else None
-            if first is not None:  # the op writes its blocks whole, the copy the rest
-                blocked = (value, first)
-                skipped[0] = [*own[:first], *((0, k) for k in shape[first:])]
+            around = [[*own[:first], *((0, k) for k in shape[first:])], *skipped[1:]] \
+                if first is not None else None
+            if around and pieces_to_copy(value.type, around) is not None:
+                blocked = (value, first)  # the op writes its blocks whole, the copy the rest
+                skipped = around
             b.emit.copy(source, target, skipped=skipped)
         targets.append(target)
     if targets[0].type.size == 0 or updates[0].type.size == 0:
