@@ -156,6 +156,14 @@ template <typename T> inline T blend(bool condition, T a, T b) {
     return bit_cast<T>((bit_cast<I>(a) & mask) | (bit_cast<I>(b) & ~mask));
 }
 
+// c0 x^n + c1 x^(n-1) + ... + cn in FMAs, unrolled as written (a loop over a table of
+// coefficients stays a loop inside the element loop, which then does not vectorise)
+template <typename R, typename... C> inline R horner(R x, R c0, C... c) {
+    R r = c0;
+    ((r = std::fma(x, r, R(c))), ...);
+    return r;
+}
+
 // ------------------------------------------------------------------ 16-bit floats
 inline float f16_to_float(uint16_t bits) { return (float)bit_cast<_Float16>(bits); }
 inline uint16_t float_to_f16(float x) { return bit_cast<uint16_t>((_Float16)x); }
@@ -919,22 +927,17 @@ template <typename R> inline R expm1_r(R a) {
 inline double xla_tanh(double a) {
     constexpr double c = 17.714196154005176;
     const double x = blend(a > c, c, blend(a < -c, -c, a));  // NaN stays NaN
-    constexpr double odd[] = {2.6158007860482230e-23, 7.6534862268749319e-19,
-                              3.1309488231386680e-15, 4.2303918148209176e-12,
-                              2.4618379131293676e-09, 6.8644367682497074e-07,
-                              9.3839087674268880e-05, 5.9809711724441161e-03,
-                              1.5184719640284322e-01, 1.0};
-    constexpr double even[] = {6.463747022670968018e-21, 5.782506856739003571e-17,
-                               1.293019623712687916e-13, 1.123643448069621992e-10,
-                               4.492975677839633985e-08, 8.785185266237658698e-06,
-                               8.295161192716231542e-04, 3.437448108450402717e-02,
-                               4.851805297361760360e-01, 1.0};
     const double x2 = x * x;
-    double p = odd[0], q = even[0];
-    for (int i = 1; i < 10; ++i) {
-        p = std::fma(x2, p, odd[i]);
-        q = std::fma(x2, q, even[i]);
-    }
+    const double p = horner(x2, 2.6158007860482230e-23, 7.6534862268749319e-19,
+                            3.1309488231386680e-15, 4.2303918148209176e-12,
+                            2.4618379131293676e-09, 6.8644367682497074e-07,
+                            9.3839087674268880e-05, 5.9809711724441161e-03,
+                            1.5184719640284322e-01, 1.0);
+    const double q = horner(x2, 6.463747022670968018e-21, 5.782506856739003571e-17,
+                            1.293019623712687916e-13, 1.123643448069621992e-10,
+                            4.492975677839633985e-08, 8.785185266237658698e-06,
+                            8.295161192716231542e-04, 3.437448108450402717e-02,
+                            4.851805297361760360e-01, 1.0);
     return blend(std::fabs(a) >= 20.0, std::copysign(1.0, a), x * p / q);
 }
 template <typename R> inline R tanh_r(R a) {  // f64: XLA reads a denormal as zero
