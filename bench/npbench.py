@@ -317,11 +317,12 @@ def write(rows: list[dict], command: str) -> None:
                        and r.get("dace_error_vs_numpy", 0) <= 1e-5]
         ok = sum(r.get("verdict") == "OK" for r in mine)
         dace = f"{geomean(dace_ratios):.2f} ({len(dace_ratios)})" if dace_ratios else "not run"
+        numpy_ratios = [_ratio(r, "numpy") for r in mine if _ratio(r, "numpy")]
+        numpy = f"{geomean(numpy_ratios):.2f}" if numpy_ratios else "not run"
         lines.append(
             f"| {preset} | {threads} | {ok} of {len(mine)} | {geomean(ours):.2f} | "
             f"{sum(1 for q in ours if q and q > 1.5)} | {sum(1 for q in ours if q and q <= 1)} "
-            f"| {dace} | "
-            f"{geomean(_ratio(r, 'numpy') for r in mine):.2f} |")
+            f"| {dace} | {numpy} |")
     for preset, threads in settings:
         mine = sorted((r for r in rows if (r["preset"], r["threads"]) == (preset, threads)),
                       key=lambda r: -(_ratio(r, "hlo2dace") or math.inf))
