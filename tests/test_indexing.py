@@ -470,20 +470,21 @@ def test_random_dimension_numbers_match_xla(seed):
         assert_arrays_match(e, a, where=ops[n].splitlines()[0])
 
 
-def _copies(fun, *args) -> int:
+def _copy_maps(fun, *args) -> list:
     sdfg = hlo2dace.jit(fun, optimize="default").lower(*args).as_sdfg()
-    return sum(1 for node, _ in sdfg.all_nodes_recursive()
-               if isinstance(node, dace.nodes.MapEntry) and node.label.startswith("copy"))
+    return [node.map for node, _ in sdfg.all_nodes_recursive()
+            if isinstance(node, dace.nodes.MapEntry) and node.label.startswith("copy")]
+
+
+def _copies(fun, *args) -> int:
+    return len(_copy_maps(fun, *args))
 
 
 def _copied_elements(fun, *args) -> int:
     """How many elements the copy maps of ``fun``'s SDFG over the rank of its first
     argument write (not those of its index vectors)."""
-    sdfg = hlo2dace.jit(fun, optimize="default").lower(*args).as_sdfg()
-    return sum(int(np.prod([int(stop) - int(start) + 1 for start, stop, _ in node.map.range]))
-               for node, _ in sdfg.all_nodes_recursive()
-               if isinstance(node, dace.nodes.MapEntry) and node.label.startswith("copy")
-               and len(node.map.range) == np.ndim(args[0]))
+    return sum(int(np.prod([int(stop) - int(start) + 1 for start, stop, _ in the_map.range]))
+               for the_map in _copy_maps(fun, *args) if len(the_map.range) == np.ndim(args[0]))
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.int32, ml_dtypes.bfloat16], ids=dtype_id)
