@@ -26,15 +26,16 @@ KEYS = [np.array([0x12345678, 0x9ABCDEF0, 7, 0], np.uint32),
         np.array([1, 2, 0xFFFFFFF0, 0xFFFFFFFF], np.uint32)]
 
 
-@pytest.mark.parametrize("key", range(len(KEYS)))
-@pytest.mark.parametrize("shape", SHAPES, ids=str)
 @pytest.mark.parametrize("dtype", UNSIGNED_DTYPES, ids=dtype_id)
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
-def test_rng_bit_generator(algorithm, dtype, shape, key):
-    def fun(k):
-        return lax.rng_bit_generator(k, shape, dtype=dtype, algorithm=ALGORITHMS[algorithm])
+def test_rng_bit_generator(algorithm, dtype):
+    """Every shape drawn from each key, in one program (one build per algorithm and
+    width)."""
+    def fun(*keys):
+        return [lax.rng_bit_generator(k, shape, dtype=dtype, algorithm=ALGORITHMS[algorithm])
+                for k in keys for shape in SHAPES]
 
-    assert_matches_jax(fun, KEYS[key])
+    assert_matches_jax(fun, *KEYS)
 
 
 def test_rng_bit_generator_chained():
@@ -49,34 +50,44 @@ def test_rng_bit_generator_chained():
     assert_matches_jax(fun, KEYS[1])
 
 
-MODULE = """func.func @main(%s: tensor<{n}xui64>) -> (tensor<{n}xui64>, tensor<{shape}{el}>) {{
-  %0, %1 = "stablehlo.rng_bit_generator"(%s) <{{rng_algorithm =
-      #stablehlo<rng_algorithm {algorithm}>}}> : (tensor<{n}xui64>)
-      -> (tensor<{n}xui64>, tensor<{shape}{el}>)
-  return %0, %1 : tensor<{n}xui64>, tensor<{shape}{el}>
-}}"""
+ELEMENTS = ["ui2", "i4", "i8", "i16", "i32", "i64", "ui32", "ui64", "f16", "bf16", "f32",
+            "f64"]
 
 
-@pytest.mark.parametrize("element", ["ui2", "i4", "i8", "i16", "i32", "i64", "ui32", "ui64",
-                                     "f16", "bf16", "f32", "f64"])
+def _draws_module(n: int, shape: str, algorithm: str) -> str:
+    """A module that draws one array of ``shape`` of each of ``ELEMENTS`` from its state of
+    ``n`` words, returning the new states and the draws (one build for all of them)."""
+    types = [f"tensor<{shape}{el}>" for el in ELEMENTS]
+    state = f"tensor<{n}xui64>"
+    results = ", ".join(f"{state}, {t}" for t in types)
+    lines = [f"func.func @main(%s: {state}) -> ({results}) {{"]
+    for k, t in enumerate(types):
+        lines.append(f'  %k{k}, %d{k} = "stablehlo.rng_bit_generator"(%s) <{{rng_algorithm = '
+                     f"#stablehlo<rng_algorithm {algorithm}>}}> : ({state}) -> ({state}, {t})")
+    returned = ", ".join(f"%k{k}, %d{k}" for k in range(len(types)))
+    lines += [f"  return {returned} : {results}", "}"]
+    return "\n".join(lines)
+
+
 @pytest.mark.parametrize("shape", ["", "5x", "7x3x"])
 @pytest.mark.parametrize("algorithm,state", [
     ("PHILOX", [1, 2, 3]), ("PHILOX", [0xDEADBEEFCAFE, 2**64 - 3, 2**64 - 1]),
     ("DEFAULT", [5, 2**64 - 1, 9]), ("THREE_FRY", [3, 2**64 - 2])])
-def test_states_and_element_types(algorithm, state, shape, element):
+def test_states_and_element_types(algorithm, state, shape):
     """A three-word PHILOX state is a 128-bit counter (carrying into its high word); signed
     and float outputs hold the bits unsigned ones of their width get (XLA's CPU returns them
     as unsigned integers), 2- and 4-bit ones the low bits of a word."""
     state = np.array(state, np.uint64)
-    text = MODULE.format(n=state.size, shape=shape, el=element, algorithm=algorithm)
+    text = _draws_module(state.size, shape, algorithm)
     expected = run_module(text, [state])
     actual = hlo2dace.compile_text(text)(state)
-    for e, a in zip(expected, actual):
-        a = np.asarray(a)
-        if element in ("ui2", "i4"):
+    assert len(expected) == len(actual) == 2 * len(ELEMENTS)
+    for k, (e, a) in enumerate(zip(expected, actual)):
+        a, element = np.asarray(a), ELEMENTS[k // 2]
+        if k % 2 and element in ("ui2", "i4"):
             mask = (1 << int(element[-1])) - 1
             e, a = e.astype(np.int64) & mask, a.astype(np.int64) & mask
-        np.testing.assert_array_equal(e.view(a.dtype), a)
+        np.testing.assert_array_equal(e.view(a.dtype), a, err_msg=f"{element} {k % 2}")
 
 
 SAMPLERS = {
@@ -156,12 +167,10 @@ def test_jax_random_rounded(name, impl):
     ("algorithm = DEFAULT, n = 1", "PHILOX with a state of type tensor<1xui64>"),
 ])
 def test_unsupported(change, message):
-    fields = {"n": 2, "shape": "3x", "el": "ui32", "algorithm": "PHILOX"}
-    for assignment in change.split(", "):
-        name, value = assignment.split(" = ")
-        fields[name] = value
+    fields = dict(assignment.split(" = ") for assignment in change.split(", "))
     with pytest.raises(UnsupportedError, match=message.replace("<", ".").replace(">", ".")):
-        hlo2dace.lower_text(MODULE.format(**fields)).as_sdfg()
+        hlo2dace.lower_text(_draws_module(int(fields["n"]), "3x", fields["algorithm"])
+                            ).as_sdfg()
 
 
 # ------------------------------------------------- stablehlo.rng (implementation-defined)

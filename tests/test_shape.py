@@ -505,6 +505,39 @@ def test_transpose_4d(permutation):
     assert_matches_jax(f, x, y)
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int8, ml_dtypes.bfloat16,
+                                   np.complex128], ids=dtype_id)
+def test_large_transpositions_run_in_tiles(dtype):
+    """Maps that read a large array along another dimension than their innermost one (a
+    transpose alone, fused with arithmetic, flattened, and a stack of transposed arrays as
+    pyhpc's tridiagonal solver builds it) run in tiles of both dimensions, sizes that are
+    not multiples of a tile too, with XLA's results; a small transpose is not tiled."""
+    import dace
+
+    a, b = sample(dtype, (100, 70, 40)), sample(dtype, (100, 70, 40), seed=1)
+    small = sample(dtype, (20, 30), seed=2)
+
+    def f(a, b, small):
+        return {"alone": a.transpose(2, 0, 1), "fused": jnp.swapaxes(a, 1, 2) + b[:, 0:1, 0:1],
+                "flat": a.reshape(100, 2800).T,
+                "stack": jnp.stack([x.transpose(2, 0, 1) for x in (a, b)], axis=1),
+                "small": small.T}
+
+    assert_matches_jax(f, a, b, small)
+    sdfg = hlo2dace.jit(f).lower(a, b, small).as_sdfg()
+    tiled, untiled = [], []
+    for node, state in sdfg.all_nodes_recursive():
+        if isinstance(node, dace.nodes.MapEntry) and state.entry_node(node) is None:
+            inner = [n for n in state.scope_children()[node]
+                     if isinstance(n, dace.nodes.MapEntry)]
+            reads = {e.data.data for e in state.in_edges(node) if not e.data.is_empty()}
+            (tiled if inner else untiled).append(reads)
+            assert all(n.map.schedule == dace.ScheduleType.Sequential
+                       and sum(size != 1 for size in n.map.range.size()) == 2
+                       for n in inner)
+    assert len(tiled) >= 4 and not any("arg2" in reads for reads in tiled), (tiled, untiled)
+
+
 def test_optimization_barrier_tuple():
     x = sample(np.float64, (3, 4))
     s = sample(np.int32, ())

@@ -53,7 +53,7 @@ from .bindings import (
     recomputed_reads,
     view_of,
 )
-from .emitter import HELPERS_CPP, Element, Emitter, Whole
+from .emitter import HELPERS_CPP, Element, Emitter, Whole, arrange_maps
 from .known import known_value
 from .literals import literal
 from .scopes import Scope, callee, updates_in_place, updates_in_results
@@ -630,6 +630,7 @@ class Builder:
                     self.emit.copy(binding, target)
         self.emit.new_state("epilogue")
         self._fp_mode_tasklet("h2d::leave_fp_mode();")
+        arrange_maps(self.emit.sdfg)
         return self.emit.sdfg
 
 

@@ -555,3 +555,153 @@ def _moved_range(index, param, param_range, params) -> tuple | None:
             begin, end = offset + sign * first, offset + sign * last
             return (begin, end, step) if sign > 0 else (end, begin, 1)
     return None
+
+
+#: a parallel map's outer loops are collapsed into one of at least this many iterations
+#: (``share_leading``), so that every core of a node gets some
+PARALLEL_ITERATIONS = 64
+#: a map that reads or writes an array of at least this many bytes along another
+#: dimension than its innermost one (a transposition) runs in tiles (``tile_transposing``)
+TRANSPOSE_BYTES = 1 << 18
+#: the edge of a transposing map's tiles, in elements: 16 x 16 doubles are 32 cache lines
+#: an array, which stay in L1 while the tile is read along one dimension and written along
+#: the other
+TRANSPOSE_TILE = 16
+
+
+def arrange_maps(sdfg: dace.SDFG) -> None:
+    """The loop nests of ``sdfg``'s top-level maps, once it is built: maps that transpose
+    a large array run in tiles (``tile_transposing``), and a parallel map whose first
+    dimensions are short shares out enough of them (``share_leading``)."""
+    tile_transposing(sdfg)
+    for state, _ in sdfg.all_nodes_recursive():
+        if isinstance(state, dace.SDFGState):
+            for node in state.nodes():
+                if isinstance(node, dace.nodes.MapEntry) and state.entry_node(node) is None:
+                    share_leading(node.map)
+
+
+def share_leading(the_map: dace.nodes.Map) -> None:
+    """OpenMP shares out a parallel map's first loop only: where that loop is shorter
+    than ``PARALLEL_ITERATIONS`` (a leading dimension of one: the map ran on one thread),
+    the loops before the innermost one are collapsed into it until they are as long."""
+    if the_map.schedule not in (dace.ScheduleType.Default, dace.ScheduleType.CPU_Multicore):
+        return
+    sizes = [_integer(n) for n in the_map.range.size()]
+    if None in sizes:
+        return
+    count, iterations = 1, sizes[0] if sizes else 0
+    while iterations < PARALLEL_ITERATIONS and count < len(sizes) - 1:
+        iterations, count = iterations * sizes[count], count + 1
+    if count > 1:
+        the_map.collapse = count
+
+
+def tile_transposing(sdfg: dace.SDFG) -> int:
+    """Run the maps of ``sdfg`` that access a large array along another dimension than
+    their innermost one (a transposition: the array's lines are read one element at a
+    time, each line again for each of its elements once the array outgrows the caches) in
+    ``TRANSPOSE_TILE`` squares of those dimensions, as DaCe's ``MapTiling`` cuts them: an
+    outer map over the tiles and the other dimensions (scheduled as the map was), an inner
+    sequential one within a tile. Only maps of tasklets that write each element once (no
+    conflict resolution, no pointers) are tiled: the order of their points changes no
+    result. Returns how many maps were tiled."""
+    from dace.sdfg.propagation import propagate_memlets_scope
+    from dace.transformation.dataflow import MapTiling
+
+    count = 0
+    for state, _ in sdfg.all_nodes_recursive():
+        if not isinstance(state, dace.SDFGState):
+            continue
+        for entry in [n for n in state.nodes() if isinstance(n, dace.nodes.MapEntry)
+                      and state.entry_node(n) is None]:
+            tiled = _transposing_params(state, entry)
+            if not tiled:
+                continue
+            the_map, schedule = entry.map, entry.map.schedule
+            params, size = list(the_map.params), dict(zip(the_map.params,
+                                                          map(int, the_map.range.size())))
+            MapTiling.apply_to(state.sdfg, map_entry=entry, options={
+                "tile_sizes": [TRANSPOSE_TILE if p in tiled else 1 for p in params],
+                "divides_evenly": all(size[p] % TRANSPOSE_TILE == 0 for p in tiled)})
+            outer_entry = state.entry_node(entry)
+            outer = outer_entry.map
+            # OpenMP shares out the outer map's first loop: the dimensions that are not
+            # tiled (of more than one element) come first, in their order, then the tiles
+            ranges = dict(zip(outer.params, outer.range)) | dict(zip(the_map.params,
+                                                                     the_map.range))
+            order = [p for p in params if p not in tiled and size[p] > 1] + \
+                [f"tile_{p}" for p in params if p in tiled]
+            rest = [p for p in params if p not in tiled and size[p] == 1] + \
+                [p for p in params if p in tiled]
+            outer.params, outer.range = order, dace.subsets.Range([ranges[p] for p in order])
+            the_map.params = rest
+            the_map.range = dace.subsets.Range([ranges[p] for p in rest])
+            outer.schedule, the_map.schedule = schedule, dace.ScheduleType.Sequential
+            propagate_memlets_scope(state.sdfg, state, state.scope_tree()[outer_entry])
+            count += 1
+    return count
+
+
+def _transposing_params(state: dace.SDFGState, entry: dace.nodes.MapEntry) -> set[str]:
+    """The parameters to tile ``entry``'s map over: its innermost one and each other that
+    moves along an array of ``TRANSPOSE_BYTES`` or more that the map reads or writes by
+    one element, where the innermost one moves by more (a transposition); empty where
+    tiling does not pay or would not be safe."""
+    the_map, sdfg = entry.map, state.sdfg
+    params = list(the_map.params)
+    sizes = [_integer(n) for n in the_map.range.size()]
+    if len(params) < 2 or None in sizes:
+        return set()
+    size = dict(zip(params, sizes))
+    exit_ = state.exit_node(entry)
+    inside = state.scope_subgraph(entry, include_entry=False, include_exit=False)
+    if any(not isinstance(n, (dace.nodes.Tasklet, dace.nodes.AccessNode))
+           for n in inside.nodes()):
+        return set()
+    found = set()
+    for edge in [*state.out_edges(entry), *state.in_edges(exit_)]:
+        memlet = edge.data
+        if memlet.is_empty():
+            continue
+        if memlet.wcr is not None or (edge.dst is exit_ and memlet.dynamic):
+            return set()
+        array = sdfg.arrays[memlet.data]
+        total = _integer(array.total_size)
+        if total is None or total * array.dtype.bytes < TRANSPOSE_BYTES:
+            continue
+        steps = _steps(memlet, array, size.keys())
+        if steps is None or steps.get(params[-1], 0) <= 1:
+            continue  # along the innermost dimension, or not moved by it (reused)
+        found |= {p for p, step in steps.items() if step == 1}
+    if not found or any(size[p] <= TRANSPOSE_TILE for p in (*found, params[-1])):
+        return set()
+    return found | {params[-1]}
+
+
+def _steps(memlet: dace.Memlet, array, params) -> dict[str, int] | None:
+    """How many elements of ``array`` each of ``params`` moves ``memlet``'s element by
+    (those that move it), or None where that is not known (not one element, a symbolic
+    stride, an index that is not linear in them)."""
+    if not isinstance(memlet.subset, dace.subsets.Range):
+        return None
+    steps: dict[str, int] = {}
+    for (begin, end, _), stride in zip(memlet.subset.ranges, array.strides):
+        if begin != end:
+            return None
+        for name, symbol in dace.symbolic.symlist(begin).items():
+            if name not in params:
+                continue
+            factor = _integer(dace.symbolic.pystr_to_symbolic(begin).diff(symbol))
+            stride = _integer(stride)
+            if factor is None or stride is None:
+                return None
+            steps[name] = steps.get(name, 0) + abs(factor) * stride
+    return steps
+
+
+def _integer(n) -> int | None:
+    """``n`` (a Python, NumPy or sympy number, or a symbolic size) as an int, if it is one."""
+    if isinstance(n, (int, np.integer)) or getattr(n, "is_Integer", False):
+        return int(n)
+    return None
