@@ -474,16 +474,18 @@ def test_16_bit_reducer_bodies_round_every_step(dtype, shape):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, ml_dtypes.bfloat16, np.int32,
                                    np.complex64], ids=dtype_id)
-@pytest.mark.parametrize("shape", [(3, 100), (300, 2), (5000,)], ids=str)
-def test_long_scans_in_xla_blocks(dtype, shape):
+def test_long_scans_in_xla_blocks(dtype):
     """Scans longer than 16 (reduce_window over the whole dimension: cumsum, cumprod,
     cummax, reverse and exclusive ones) in the order of XLA's ReduceWindowRewriter: scans
     of blocks of 16, a scan of their totals (recursively: 5000 elements make 313 blocks,
-    then 20), and the two combined; 0 ULP, as each body application is XLA's."""
-    x = (np.random.default_rng(len(shape)).standard_normal(shape) * 3).astype(dtype)
+    then 20), and the two combined; 0 ULP, as each body application is XLA's. Shapes
+    (3, 100), (300, 2) and (5000,), in one program."""
+    shapes = [(3, 100), (300, 2), (5000,)]
+    xs = [(np.random.default_rng(len(shape)).standard_normal(shape) * 3).astype(dtype)
+          for shape in shapes]
     complex_ = np.dtype(dtype).kind == "c"
 
-    def f(x):
+    def scans(x):
         out = {"cumsum": jnp.cumsum(x, axis=0), "reverse": lax.cumsum(x, axis=0, reverse=True),
                "exclusive": lax.reduce_window(x, np.array(0, dtype), lax.add,
                                               (x.shape[0],) + (1,) * (x.ndim - 1),
@@ -493,7 +495,7 @@ def test_long_scans_in_xla_blocks(dtype, shape):
             out |= {"cumprod": jnp.cumprod(x[:40], axis=0), "cummax": lax.cummax(x, axis=0)}
         return out
 
-    assert_matches_jax(f, x)
+    assert_matches_jax(lambda *xs: {str(x.shape): scans(x) for x in xs}, *xs)
 
 
 def test_scans_along_a_middle_axis_side_by_side():
