@@ -5,6 +5,7 @@ at all; and results are the same bits on any number of threads."""
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -68,3 +69,30 @@ def test_results_do_not_depend_on_the_thread_count():
     for other in results[1:]:
         for a, b in zip(results[0], other):
             assert np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("shape", [(1, 300, 400), (3, 1, 40, 500), (2, 20000, 3)], ids=str)
+def test_short_leading_dimensions_are_shared_out(shape):
+    """A parallel map whose first dimensions are short (one element: OpenMP would give the
+    whole map to one thread) collapses its outer loops, never its innermost one, into one
+    of at least ``PARALLEL_ITERATIONS``; XLA's results on every thread setting."""
+    import dace
+
+    from hlo2dace.translate import emitter
+
+    x = np.random.default_rng(1).standard_normal(shape)
+
+    def f(x):
+        return x * 3.0 - x * x
+
+    compiled = hlo2dace.jit(f).lower(x).compile()
+    expected = np.asarray(jax.jit(f)(x))
+    for _ in range(8):  # the tuner tries one thread and all
+        np.testing.assert_array_equal(np.asarray(compiled(x)), expected)
+    (the_map,) = [n.map for n, _ in hlo2dace.jit(f).lower(x).as_sdfg().all_nodes_recursive()
+                  if isinstance(n, dace.nodes.MapEntry)]
+    collapsed = int(np.prod(shape[:the_map.collapse]))
+    assert the_map.collapse < len(shape)
+    assert collapsed >= emitter.PARALLEL_ITERATIONS or the_map.collapse == len(shape) - 1
+    assert the_map.collapse == 1 or np.prod(shape[:the_map.collapse - 1]) < \
+        emitter.PARALLEL_ITERATIONS

@@ -597,19 +597,18 @@ def share_leading(the_map: dace.nodes.Map) -> None:
         the_map.collapse = count
 
 
-def tile_transposing(sdfg: dace.SDFG) -> int:
+def tile_transposing(sdfg: dace.SDFG) -> None:
     """Run the maps of ``sdfg`` that access a large array along another dimension than
     their innermost one (a transposition: the array's lines are read one element at a
     time, each line again for each of its elements once the array outgrows the caches) in
     ``TRANSPOSE_TILE`` squares of those dimensions, as DaCe's ``MapTiling`` cuts them: an
     outer map over the tiles and the other dimensions (scheduled as the map was), an inner
     sequential one within a tile. Only maps of tasklets that write each element once (no
-    conflict resolution, no pointers) are tiled: the order of their points changes no
-    result. Returns how many maps were tiled."""
+    conflict resolution, no pointers, no side effects) are tiled: the order of their
+    points changes no result."""
     from dace.sdfg.propagation import propagate_memlets_scope
     from dace.transformation.dataflow import MapTiling
 
-    count = 0
     for state, _ in sdfg.all_nodes_recursive():
         if not isinstance(state, dace.SDFGState):
             continue
@@ -639,8 +638,6 @@ def tile_transposing(sdfg: dace.SDFG) -> int:
             the_map.range = dace.subsets.Range([ranges[p] for p in rest])
             outer.schedule, the_map.schedule = schedule, dace.ScheduleType.Sequential
             propagate_memlets_scope(state.sdfg, state, state.scope_tree()[outer_entry])
-            count += 1
-    return count
 
 
 def _transposing_params(state: dace.SDFGState, entry: dace.nodes.MapEntry) -> set[str]:
@@ -657,7 +654,7 @@ def _transposing_params(state: dace.SDFGState, entry: dace.nodes.MapEntry) -> se
     exit_ = state.exit_node(entry)
     inside = state.scope_subgraph(entry, include_entry=False, include_exit=False)
     if any(not isinstance(n, (dace.nodes.Tasklet, dace.nodes.AccessNode))
-           for n in inside.nodes()):
+           or isinstance(n, dace.nodes.Tasklet) and n.side_effects for n in inside.nodes()):
         return set()
     found = set()
     for edge in [*state.out_edges(entry), *state.in_edges(exit_)]:
