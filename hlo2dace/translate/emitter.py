@@ -514,8 +514,7 @@ def point_subset(memlets: Sequence[dace.Memlet], the_map: dace.nodes.Map, use_ds
     moved, or mirrored), in a map of constant ranges; else None. Memlets at different
     offsets (a stencil's reads) give the bounding box of their subsets, as DaCe's union."""
     ranges = the_map.range.ranges
-    if not all(isinstance(v, (int, np.integer)) or getattr(v, "is_Integer", False)
-               for r in ranges for v in r):
+    if any(_integer(v) is None for r in ranges for v in r):
         return None
     params = {name: k for k, name in enumerate(the_map.params)}
     found = None
