@@ -721,6 +721,37 @@ def test_rows_reduced_in_the_map_that_reads_them(shape, dtype):
         _transient_shapes(sdfg)
 
 
+@pytest.mark.parametrize("shape", [(66, 7), (70, 300)], ids=str)
+def test_values_the_same_along_a_row_are_computed_once_per_row(shape):
+    """logsumexp's ``select(is_finite(maximum(-inf, max)), ..., 0)`` is the same for every
+    element of a row: the row's map computes it once, before the loops over the row, not
+    per element (where its selects kept the exponential's loop from vectorising). XLA's
+    results for rows of -inf, +inf, NaN and -0.0, in every float type."""
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal(shape)
+    x[1, :], x[2, 0], x[3, -1], x[4, :] = -np.inf, np.inf, np.nan, -0.0
+    types = (np.float32, np.float64, np.float16, ml_dtypes.bfloat16)
+
+    def every_type(*xs):
+        return [(jax.nn.logsumexp(x, -1), jax.nn.logsumexp(x, -1, keepdims=True) - x)
+                for x in xs]
+
+    xs = [x.astype(t) for t in types]
+    assert_matches_jax(every_type, *xs, rtol=2e-2, atol=2e-2)  # 16-bit sums in another order
+    assert_matches_jax(every_type, *xs[:2], rtol=2e-6, atol=2e-6)
+    sdfg = hlo2dace.jit(every_type, optimize="default").lower(*xs).as_sdfg()
+    codes = [node.code.as_string for node, _ in sdfg.all_nodes_recursive()
+             if isinstance(node, dace.nodes.Tasklet) and "stablehlo.is_finite" in
+             node.code.as_string]
+    assert codes
+    for code in codes:
+        depth = 0
+        for line in code.splitlines():
+            if "stablehlo.is_finite" in line:
+                assert depth == 0, code
+            depth += line.count("{") - line.count("}")
+
+
 def test_rows_of_several_axes_and_in_loops():
     """Rows of the last two axes, a variadic (argmax) reduction read elementwise, and a
     softmax of a loop's carried array that the loop updates in place: the reductions
