@@ -170,12 +170,11 @@ def _writes_in_place(sdfg: Any, readers: list, writers: list) -> bool:
     if not isinstance(entry, nodes.MapEntry) or state.exit_node(entry) is not exit_:
         return False
     argument, result = readers[0].data, writers[0].data
-    index = ", ".join(entry.map.params)
     reads = [e for e in state.out_edges(entry) if e.data.data == argument]
     writes = [e for e in state.in_edges(exit_) if e.data.data == result]
-    if any(not isinstance(e.dst, nodes.Tasklet) or str(e.data.subset) != index
+    if any(not isinstance(e.dst, nodes.Tasklet) or not _own_element(sdfg, e.data, entry.map)
            or e.data.dynamic for e in reads) or \
-            any(not isinstance(e.src, nodes.Tasklet) or str(e.data.subset) != index
+            any(not isinstance(e.src, nodes.Tasklet) or not _own_element(sdfg, e.data, entry.map)
                 or e.data.wcr is not None or e.data.dynamic for e in writes):
         return False
     for write in writes:
@@ -183,6 +182,25 @@ def _writes_in_place(sdfg: Any, readers: list, writers: list) -> bool:
         if any(read.dst is not write.src and read.dst not in before for read in reads):
             return False
     return True
+
+
+def _own_element(sdfg: Any, memlet: Any, the_map: Any) -> bool:
+    """Whether ``memlet`` accesses, at each point of ``the_map``, the element of its array
+    at that point's row-major position in the map (``x[__i0, __i1]``, or the same element
+    of a map whose loops ``emitter.collapse_short_rows`` made one)."""
+    import sympy
+
+    array = sdfg.arrays[memlet.data]
+    if any(begin != end for begin, end, _ in memlet.subset.ranges) or any(
+            (begin, step) != (0, 1) for begin, _, step in the_map.range):
+        return False
+    sizes = list(the_map.range.size())
+    position = sum(sympy.Symbol(p) * sympy.prod(sizes[k + 1:])
+                   for k, p in enumerate(the_map.params))
+    element = sum(begin * stride for (begin, _, _), stride in
+                  zip(memlet.subset.ranges, array.strides))
+    return sympy.expand(element.subs({s: sympy.Symbol(str(s)) for s in element.free_symbols})
+                        - position) == 0
 
 
 def _ancestors(state: Any, node: Any) -> set:

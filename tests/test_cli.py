@@ -100,7 +100,9 @@ def test_run_saves_results(files, tmp_path, capsys, name):
     with np.load(target) as saved:
         assert saved.files == ["result_0", "result_1"]
         expected = _expected()
-        np.testing.assert_allclose(saved["result_0"], expected[0], rtol=1e-6)
+        # sin within libmvec's bounds (a loop's vector width picks the variant), before
+        # 1 + sin(x) * y cancels
+        np.testing.assert_allclose(saved["result_0"], expected[0], rtol=1e-6, atol=4e-6)
         np.testing.assert_array_equal(saved["result_1"], expected[1])
         assert saved["result_0"].dtype == np.float32 and saved["result_1"].dtype == np.int32
 
@@ -258,7 +260,7 @@ def test_console_script(files, tmp_path):
                           capture_output=True, text=True, timeout=300, env=dict(os.environ))
     assert done.returncode == 0, done.stderr
     with np.load(target) as saved:
-        np.testing.assert_allclose(saved["result_0"], _expected()[0], rtol=1e-6)
+        np.testing.assert_allclose(saved["result_0"], _expected()[0], rtol=1e-6, atol=4e-6)
     bad = subprocess.run([script, "convert", str(files / "malformed.mlir")],
                          capture_output=True, text=True, timeout=300, env=dict(os.environ))
     assert bad.returncode == 2 and "hlo2dace: error:" in bad.stderr

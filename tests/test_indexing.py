@@ -471,8 +471,11 @@ def test_random_dimension_numbers_match_xla(seed):
 
 
 def _copy_maps(fun, *args) -> list:
+    """The copy maps of ``fun``'s SDFG, each with the rank of the arrays it writes."""
     sdfg = hlo2dace.jit(fun, optimize="default").lower(*args).as_sdfg()
-    return [node.map for node, _ in sdfg.all_nodes_recursive()
+    return [(node.map, {len(state.sdfg.arrays[e.data.data].shape)
+                        for e in state.out_edges(state.exit_node(node))})
+            for node, state in sdfg.all_nodes_recursive()
             if isinstance(node, dace.nodes.MapEntry) and node.label.startswith("copy")]
 
 
@@ -481,10 +484,10 @@ def _copies(fun, *args) -> int:
 
 
 def _copied_elements(fun, *args) -> int:
-    """How many elements the copy maps of ``fun``'s SDFG over the rank of its first
-    argument write (not those of its index vectors)."""
+    """How many elements the copy maps of ``fun``'s SDFG into arrays of the rank of its
+    first argument write (not those of its index vectors)."""
     return sum(int(np.prod([int(stop) - int(start) + 1 for start, stop, _ in the_map.range]))
-               for the_map in _copy_maps(fun, *args) if len(the_map.range) == np.ndim(args[0]))
+               for the_map, ranks in _copy_maps(fun, *args) if ranks == {np.ndim(args[0])})
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.int32, ml_dtypes.bfloat16], ids=dtype_id)
@@ -602,7 +605,8 @@ def test_set_of_every_element_copies_nothing():
         "strided": (lambda x: x.at[:, ::2].set(0.5), 1),
     }
     for name, (fun, copies) in cases.items():
-        assert_matches_jax(fun, x)
+        # sin and cos within libmvec's bounds: a loop's vector width picks the variant
+        assert_matches_jax(fun, x, rtol=5 * 2.0 ** -52, atol=0)
         assert _copies(fun, x) == copies, name
 
 

@@ -538,6 +538,31 @@ def test_large_transpositions_run_in_tiles(dtype):
     assert len(tiled) >= 4 and not any("arg2" in reads for reads in tiled), (tiled, untiled)
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int8, ml_dtypes.bfloat16,
+                                   np.complex64], ids=dtype_id)
+def test_short_rows_run_as_one_loop(dtype):
+    """A map whose innermost dimension is short runs it and the one around it as one loop
+    where every array it moves along them is contiguous in both (an elementwise
+    expression, a stencil along the outer dimensions), so that the loop vectorises without
+    a scalar remainder per row; a map that reads a broadcast or a shifted row keeps its
+    loops. XLA's results either way."""
+    import dace
+
+    a, c = sample(dtype, (40, 30, 7)), sample(dtype, (40, 30, 5), seed=1)
+    b = sample(dtype, (5,), seed=2)
+
+    def f(a, b, c):
+        return {"scaled": a * 3 + 1, "stencil": a[1:-1, 1:-1] - a[2:, 1:-1] * a[1:-1, :-2],
+                "shifted": a[:, :, 1:] - a[:, :, :-1], "broadcast": c * b}
+
+    assert_matches_jax(f, a, b, c)
+    sdfg = hlo2dace.jit(f).lower(a, b, c).as_sdfg()
+    shapes = {tuple(int(n) for n in node.map.range.size())
+              for node, state in sdfg.all_nodes_recursive()
+              if isinstance(node, dace.nodes.MapEntry) and state.entry_node(node) is None}
+    assert {(40, 210), (38, 196), (40, 30, 6), (40, 30, 5)} <= shapes, shapes
+
+
 def test_optimization_barrier_tuple():
     x = sample(np.float64, (3, 4))
     s = sample(np.int32, ())

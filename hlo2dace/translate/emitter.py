@@ -568,16 +568,88 @@ TRANSPOSE_BYTES = 1 << 18
 TRANSPOSE_TILE = 16
 
 
+#: a map whose innermost loop is shorter than this runs it and the loop around it as one
+#: loop (``collapse_short_rows``): GCC leaves the remainder of a vectorised loop scalar
+SHORT_ROW = 64
+
+
 def arrange_maps(sdfg: dace.SDFG) -> None:
     """The loop nests of ``sdfg``'s top-level maps, once it is built: maps that transpose
-    a large array run in tiles (``tile_transposing``), and a parallel map whose first
+    a large array run in tiles (``tile_transposing``), maps with short innermost loops run
+    them as longer ones (``collapse_short_rows``), and a parallel map whose first
     dimensions are short shares out enough of them (``share_leading``)."""
     tile_transposing(sdfg)
     for state, _ in sdfg.all_nodes_recursive():
         if isinstance(state, dace.SDFGState):
             for node in state.nodes():
                 if isinstance(node, dace.nodes.MapEntry) and state.entry_node(node) is None:
+                    collapse_short_rows(state, node)
                     share_leading(node.map)
+
+
+def collapse_short_rows(state: dace.SDFGState, entry: dace.nodes.MapEntry) -> None:
+    """Run the innermost loops of ``entry``'s map as one where the innermost is shorter
+    than ``SHORT_ROW`` (pyhpc's columns of 26). GCC vectorises an innermost loop in whole
+    vectors and leaves the rest scalar, libm calls included: 2 of every 26 elements (8%)
+    took as long as the 24 others. The innermost loop and the one around it become one,
+    and the loops outside them too where a parallel map would keep fewer than
+    ``PARALLEL_ITERATIONS`` of them to share out. Their point becomes one parameter t, the
+    index of each merged loop (t / p) % n for the points p of the loops inside it, which
+    leaves t alone in the index of every array they move along contiguously. A map that
+    reads any other way along them (a broadcast, a shifted row) keeps its loops: GCC
+    vectorised no loop with the gathers of ``t / n`` (it cannot check them for overlaps
+    with the results). Only maps of tasklets that do not name the merged parameters,
+    write each element once and have no side effects are collapsed: the order of their
+    points changes no result."""
+    the_map = entry.map
+    sizes = [_integer(n) for n in the_map.range.size()]
+    if len(sizes) < 2 or None in sizes or sizes[-1] >= SHORT_ROW or any(
+            (begin, step) != (0, 1) for begin, _, step in the_map.range):
+        return
+    merged = 2
+    parallel = the_map.schedule in (dace.ScheduleType.Default, dace.ScheduleType.CPU_Multicore)
+    while merged < len(sizes) and parallel and np.prod(sizes[:-merged]) < PARALLEL_ITERATIONS:
+        merged += 1
+    params = the_map.params[-merged:]
+    inner = {p: int(np.prod(sizes[len(sizes) - merged + k + 1:]))
+             for k, p in enumerate(params)}
+    exit_ = state.exit_node(entry)
+    inside = state.scope_subgraph(entry, include_entry=False, include_exit=False)
+    named = re.compile(r"\b(" + "|".join(map(re.escape, params)) + r")\b")
+    if any(not isinstance(node, (dace.nodes.Tasklet, dace.nodes.AccessNode))
+           or isinstance(node, dace.nodes.Tasklet) and (
+               node.side_effects or named.search(node.code.as_string))
+           for node in inside.nodes()):
+        return
+    moved = []
+    for edge in [*state.out_edges(entry), *inside.edges(), *state.in_edges(exit_)]:
+        memlet = edge.data
+        if memlet.is_empty() or not set(params) & set(map(str, memlet.subset.free_symbols)):
+            continue
+        steps = _steps(memlet, state.sdfg.arrays[memlet.data], params, signed=True)
+        if steps is None or memlet.wcr is not None or edge.dst is exit_ and memlet.dynamic \
+                or any(steps.get(p, 0) != inner[p] * steps.get(params[-1], 0)
+                       for p in params):
+            return
+        moved.append(memlet)
+    t = dace.symbolic.pystr_to_symbolic(params[-1])
+
+    def rows(points: int):
+        return t if points == 1 else dace.symbolic.int_floor(t, points)
+
+    indices = {dace.symbolic.pystr_to_symbolic(p): rows(inner[p]) - (
+        0 if k == 0 else sizes[len(sizes) - merged + k] * rows(inner[p] * sizes[
+            len(sizes) - merged + k])) for k, p in enumerate(params)}
+    for memlet in moved:
+        memlet.subset = dace.subsets.Range([
+            (begin.subs(indices, simultaneous=True), end.subs(indices, simultaneous=True),
+             step) for begin, end, step in memlet.subset.ranges])
+    kept = len(sizes) - merged
+    the_map.params = [*the_map.params[:kept], params[-1]]
+    the_map.range = dace.subsets.Range([*the_map.range[:kept],
+                                        (0, int(np.prod(sizes[kept:])) - 1, 1)])
+    from dace.sdfg.propagation import propagate_memlets_scope
+    propagate_memlets_scope(state.sdfg, state, state.scope_tree()[entry])
 
 
 def share_leading(the_map: dace.nodes.Map) -> None:
@@ -675,10 +747,12 @@ def _transposing_params(state: dace.SDFGState, entry: dace.nodes.MapEntry) -> se
     return found | {params[-1]}
 
 
-def _steps(memlet: dace.Memlet, array, params) -> dict[str, int] | None:
+def _steps(memlet: dace.Memlet, array, params, signed: bool = False
+           ) -> dict[str, int] | None:
     """How many elements of ``array`` each of ``params`` moves ``memlet``'s element by
-    (those that move it), or None where that is not known (not one element, a symbolic
-    stride, an index that is not linear in them)."""
+    (those that move it; with ``signed``, negative for a reversed one), or None where
+    that is not known (not one element, a symbolic stride, an index that is not linear
+    in them)."""
     if not isinstance(memlet.subset, dace.subsets.Range):
         return None
     steps: dict[str, int] = {}
@@ -692,7 +766,7 @@ def _steps(memlet: dace.Memlet, array, params) -> dict[str, int] | None:
             stride = _integer(stride)
             if factor is None or stride is None:
                 return None
-            steps[name] = steps.get(name, 0) + abs(factor) * stride
+            steps[name] = steps.get(name, 0) + (factor if signed else abs(factor)) * stride
     return steps
 
 
