@@ -721,6 +721,34 @@ def test_rows_reduced_in_the_map_that_reads_them(shape, dtype):
         _transient_shapes(sdfg)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, ml_dtypes.bfloat16], ids=dtype_id)
+@pytest.mark.parametrize("shape", [(70, 130), (66, 3, 9)], ids=str)
+def test_reductions_of_row_expressions_read_each_row_once(shape, dtype):
+    """A reduction over rows of an expression of another row reduction over the same rows,
+    returned as it is (``exp(x - max(x)).sum(-1)``, the absolute deviations' sum, an argmax
+    of them), computes both in one map a row at a time: no array holds the inner reduction.
+    XLA's results with -inf, +inf, NaN and -0.0 among the inputs."""
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal(shape).astype(dtype)
+    x[2], x[3, 0], x[4, -1], x[5] = -np.inf, np.inf, np.nan, -0.0
+    axes = tuple(range(1, len(shape)))
+
+    programs = {
+        "exp_sum": lambda x: jnp.exp(x - x.max(axes, keepdims=True)).sum(axes),
+        "deviations": lambda x: jnp.abs(x - x.mean(axes, keepdims=True)).sum(axes),
+        # not of row 4: XLA's minimum of a row of 64 or more loses its NaN (see above)
+        "argmax": lambda x: jnp.argmax((x - x.min(axes, keepdims=True) * 2)[5:], -1),
+        "shared": lambda x: [(y.sum(axes), (y * y).sum(axes)) for y in
+                             [x - x.max(axes, keepdims=True)]],  # both write y's array
+    }
+    tolerance = {8: 1e-12, 4: 2e-5}.get(np.dtype(dtype).itemsize, 3e-2)
+    assert_matches_jax(lambda x: {name: f(x) for name, f in programs.items()}, x,
+                       rtol=tolerance, atol=tolerance)
+    for name in ("exp_sum", "deviations"):
+        sdfg = hlo2dace.jit(programs[name], optimize="default").lower(x).as_sdfg()
+        assert _transient_shapes(sdfg) == [], (name, _transient_shapes(sdfg))
+
+
 @pytest.mark.parametrize("shape", [(66, 7), (70, 300)], ids=str)
 def test_values_the_same_along_a_row_are_computed_once_per_row(shape):
     """logsumexp's ``select(is_finite(maximum(-inf, max)), ..., 0)`` is the same for every

@@ -351,7 +351,10 @@ class Builder:
             # marked first: writing what it reads may close its cluster (if refused after
             # that, resolving the value recomputes it)
             binding.cluster.absorbed.add(binding.key)
-            reads = [self.resolve(read) for read in reads]
+            # a row reduction stays unwritten: the reading map may compute it a row at a
+            # time (fusion.RowContext)
+            reads = [read if isinstance(read, RowReduction) and not read.materialised
+                     else self.resolve(read) for read in reads]
             here = window is not None and recomputed_reads(
                 binding, 4 * self.level.recomputed_ops, pointwise=True) is not None
             if any(read.holds(name) and not (here and _reads_window(read, name, window))
@@ -424,6 +427,12 @@ class Builder:
             flat = flat_index(array.type.shape, indices)
             expressions.append(dtypes.of(value.type).load(f"__in{k}[{flat}]"))
         return {conn: Whole(array) for conn, array in arrays.items()}, lines, expressions
+
+    def emit_row_reductions(self, rows: list[RowReduction], targets: list[Array]) -> None:
+        """Write ``rows`` (the results of one reduction over trailing dimensions) into
+        ``targets``, each row's reductions in one map iteration
+        (``fusion.emit_row_reductions``)."""
+        fusion.emit_row_reductions(self.emit, self.resolve, rows, targets)
 
     def scalar_region(self, block: ir.Block, arguments: list[str], prefix: str
                       ) -> tuple[list[str], list[str]]:

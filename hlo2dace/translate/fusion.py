@@ -234,6 +234,28 @@ def _emit_row_map(emit: Emitter, cluster: ElementwiseCluster, outputs: dict,
              row_length * (len(main.lines) + 4 * len(row.names) + 1))
 
 
+def emit_row_reductions(emit: Emitter, resolve: Resolve, rows: list[RowReduction],
+                        targets: list[Array]) -> None:
+    """Write the results ``rows`` of one reduction over trailing dimensions into
+    ``targets`` with one map over its rows that computes, per row, the row reductions its
+    operand reads (``RowContext``) and then it: ``exp(x - max(x)).sum(-1)`` reads each row
+    from memory once, as XLA's fusion does, not once per reduction."""
+    shape = targets[0].type.shape
+    params = map_params(len(shape))
+    pointers: dict[str, Array] = {}
+    row = RowContext(emit, resolve, None, params, pointers)
+    written = {}
+    for k, (reduction, target) in enumerate(zip(rows, targets)):
+        local = row.value(reduction, params)
+        written[f"__o{k}"] = Whole(target)
+        row.code.line(f"__o{k}[{flat_index(shape, params)}] = "
+                      f"{dtypes.of(target.type).store(local)};")
+    row_length = int(np.prod(rows[0].op.operands[0].type.shape[len(shape):], dtype=np.int64))
+    emit.map("row_reduced", shape, row.code.text(),
+             {conn: Whole(array) for conn, array in pointers.items()}, written,
+             row_length * 4 * (len(row.names) + 1))
+
+
 #: a C++ identifier in an index expression (a cast's type counts: such a point is not hoisted)
 _IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
 
