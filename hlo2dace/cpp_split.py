@@ -73,6 +73,8 @@ def program_files(code: str, program: str, parts: int | None = None,
     """``code`` (DaCe's file for the program named ``program``) split as ``split`` does
     where it can, each function's state pointers restricted (``restrict_state_pointers``),
     with the definitions ``functions`` (the scopes it calls: ``outlined_functions``)."""
+    code = independent_loops(code)
+    functions = [independent_loops(function) for function in functions]
     cut = split(code, program, parts, functions)
     if cut is None or not cut.parts:
         whole = code if cut is None else cut.main
@@ -82,6 +84,32 @@ def program_files(code: str, program: str, parts: int | None = None,
         return Split(restrict_state_pointers(whole, [f"__program_{program}_internal"]), ())
     return Split(cut.main, tuple(restrict_state_pointers(part, [f"__h2d_part{k}_{program}"])
                                  for k, part in enumerate(cut.parts)))
+
+
+#: the comment in a tasklet whose map's innermost loop ``independent_loops`` marks with
+#: ``#pragma GCC ivdep`` (its iterations write distinct elements of arrays they do not read)
+INDEPENDENT_ITERATIONS = "// h2d: independent iterations"
+
+
+def independent_loops(code: str) -> str:
+    """``code`` with ``#pragma GCC ivdep`` before the loop around each tasklet that says
+    its iterations are independent (``INDEPENDENT_ITERATIONS``, written where a map's
+    loops run as one and read some array through gathers, which GCC cannot check for
+    overlaps at run time as it does for contiguous reads); an OpenMP loop, which its
+    pragma must precede directly, becomes ``parallel for simd``, which says the same."""
+    lines = code.split("\n")
+    for at in [k for k, line in enumerate(lines) if line.strip() == INDEPENDENT_ITERATIONS]:
+        depth = len(lines[at]) - len(lines[at].lstrip())
+        loop = next((k for k in range(at - 1, -1, -1) if lines[k].lstrip().startswith("for (")
+                     and len(lines[k]) - len(lines[k].lstrip()) < depth), None)
+        if loop is None or lines[loop - 1].strip() in ("#pragma GCC ivdep",
+                                                       "#pragma omp parallel for simd"):
+            continue
+        if lines[loop - 1].strip() == "#pragma omp parallel for":  # nothing between them
+            lines[loop - 1] += " simd"
+        else:
+            lines[loop] = "#pragma GCC ivdep\n" + lines[loop]
+    return "\n".join(lines)
 
 
 def outlined_functions(code: str, library: str, functions: Sequence[tuple[str, list[str]]]

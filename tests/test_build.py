@@ -390,3 +390,33 @@ def test_only_scopes_of_the_same_code_on_arrays_of_the_same_layout_are_outlined(
     for state in sdfg.states():
         state.instrument = dace.InstrumentationType.Timer
     assert sdfg_repeats.outline(sdfg) is None
+
+
+def test_independent_loops_are_marked_for_the_vectoriser():
+    """The loop around a tasklet that says its iterations are independent (a map whose
+    short rows run as one loop and gather an operand) gets ``#pragma GCC ivdep``, once, or
+    an OpenMP loop ``parallel for simd``; other loops keep their pragmas."""
+    code = "\n".join([
+        "for (int __i0 = 0; __i0 < 4; __i0 += 1) {",
+        "    for (int __i1 = 0; __i1 < 60; __i1 += 1) {",
+        "        {",
+        "            double __o = __m0 * 2;",
+        f"            {cpp_split.INDEPENDENT_ITERATIONS}",
+        "        }",
+        "    }",
+        "}",
+        "for (int __i0 = 0; __i0 < 4; __i0 += 1) {",
+        "    __o[__i0] = 0;",
+        "}",
+        "#pragma omp parallel for",
+        "for (int __i0 = 0; __i0 < 400; __i0 += 1) {",
+        "    {",
+        f"        {cpp_split.INDEPENDENT_ITERATIONS}",
+        "    }",
+        "}"])
+    marked = cpp_split.independent_loops(code).split("\n")
+    assert marked.count("#pragma GCC ivdep") == 1
+    assert marked.count("#pragma omp parallel for simd") == 1
+    assert marked[marked.index("#pragma GCC ivdep") + 1].strip().startswith(
+        "for (int __i1 = 0;")
+    assert cpp_split.independent_loops("\n".join(marked)) == "\n".join(marked)

@@ -14,6 +14,7 @@ import pytest
 from jax import lax
 
 import hlo2dace
+from hlo2dace import cpp_split
 
 from util import (
     ALL_DTYPES,
@@ -545,22 +546,35 @@ def test_short_rows_run_as_one_loop(dtype):
     where every array it moves along them is contiguous in both (an elementwise
     expression, a stencil along the outer dimensions), so that the loop vectorises without
     a scalar remainder per row; a map that reads a broadcast or a shifted row keeps its
-    loops. XLA's results either way."""
+    loops unless it computes enough per element to pay for gathering them, and then says
+    that its iterations are independent (``#pragma GCC ivdep``). XLA's results either
+    way."""
     import dace
 
     a, c = sample(dtype, (40, 30, 7)), sample(dtype, (40, 30, 5), seed=1)
     b = sample(dtype, (5,), seed=2)
 
+    def heavy(a, b):  # enough ops per element to pay for gathering b
+        y = a + b
+        for _ in range(16):
+            y = y * 3 - a
+        return y
+
     def f(a, b, c):
         return {"scaled": a * 3 + 1, "stencil": a[1:-1, 1:-1] - a[2:, 1:-1] * a[1:-1, :-2],
-                "shifted": a[:, :, 1:] - a[:, :, :-1], "broadcast": c * b}
+                "shifted": a[:, :, 1:] - a[:, :, :-1], "broadcast": c * b,
+                "heavy": heavy(c[:20], b)}
 
     assert_matches_jax(f, a, b, c)
     sdfg = hlo2dace.jit(f).lower(a, b, c).as_sdfg()
-    shapes = {tuple(int(n) for n in node.map.range.size())
-              for node, state in sdfg.all_nodes_recursive()
-              if isinstance(node, dace.nodes.MapEntry) and state.entry_node(node) is None}
-    assert {(40, 210), (38, 196), (40, 30, 6), (40, 30, 5)} <= shapes, shapes
+    maps = {tuple(int(n) for n in node.map.range.size()): state.scope_children()[node]
+            for node, state in sdfg.all_nodes_recursive()
+            if isinstance(node, dace.nodes.MapEntry) and state.entry_node(node) is None}
+    assert {(40, 210), (38, 196), (40, 30, 6), (40, 30, 5)} <= maps.keys(), maps
+    marked = [shape for shape, nodes in maps.items() if any(
+        isinstance(n, dace.nodes.Tasklet) and cpp_split.INDEPENDENT_ITERATIONS
+        in n.code.as_string for n in nodes)]
+    assert len(marked) == 1 and len(marked[0]) < 3 and np.prod(marked[0]) == 3000, marked
 
 
 def test_optimization_barrier_tuple():

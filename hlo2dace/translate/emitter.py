@@ -28,6 +28,7 @@ import dace
 import numpy as np
 
 from .. import ir, symbolic
+from ..cpp_split import INDEPENDENT_ITERATIONS
 from ..errors import UnsupportedError
 from . import dtypes
 from .bindings import Array, Literal, View, dace_shape, map_params
@@ -568,6 +569,11 @@ TRANSPOSE_BYTES = 1 << 18
 TRANSPOSE_TILE = 16
 
 
+#: the ops a map computes per element for each operand it would gather once its short
+#: rows run as one loop (``collapse_short_rows``): below, the gathers cost more than the
+#: rows' scalar remainders (a broadcast add 1.5x slower, the 223 ops of pyhpc's equation
+#: of state with three gathered operands 19% faster)
+GATHER_OPS = 16
 #: a map whose innermost loop is shorter than this runs it and the loop around it as one
 #: loop (``collapse_short_rows``): GCC leaves the remainder of a vectorised loop scalar
 SHORT_ROW = 64
@@ -595,12 +601,14 @@ def collapse_short_rows(state: dace.SDFGState, entry: dace.nodes.MapEntry) -> No
     and the loops outside them too where a parallel map would keep fewer than
     ``PARALLEL_ITERATIONS`` of them to share out. Their point becomes one parameter t, the
     index of each merged loop (t / p) % n for the points p of the loops inside it, which
-    leaves t alone in the index of every array they move along contiguously. A map that
-    reads any other way along them (a broadcast, a shifted row) keeps its loops: GCC
-    vectorised no loop with the gathers of ``t / n`` (it cannot check them for overlaps
-    with the results). Only maps of tasklets that do not name the merged parameters,
-    write each element once and have no side effects are collapsed: the order of their
-    points changes no result."""
+    leaves t alone in the index of every array they move along contiguously. An array
+    read any other way along them (a broadcast, a shifted row) is gathered, which GCC
+    vectorises only when told that the iterations never overlap (it cannot check gathers
+    at run time): so only where the map computes ``GATHER_OPS`` ops per element for each
+    gathered array, writes contiguously and reads none of the arrays it writes, and then
+    its tasklet says so (``INDEPENDENT_ITERATIONS``, made a pragma by ``cpp_split``).
+    Only maps of tasklets that do not name the merged parameters, write each element once
+    and have no side effects are collapsed: the order of their points changes no result."""
     the_map = entry.map
     sizes = [_integer(n) for n in the_map.range.size()]
     if len(sizes) < 2 or None in sizes or sizes[-1] >= SHORT_ROW or any(
@@ -621,17 +629,28 @@ def collapse_short_rows(state: dace.SDFGState, entry: dace.nodes.MapEntry) -> No
                node.side_effects or named.search(node.code.as_string))
            for node in inside.nodes()):
         return
-    moved = []
-    for edge in [*state.out_edges(entry), *inside.edges(), *state.in_edges(exit_)]:
+    edges = [*state.out_edges(entry), *inside.edges(), *state.in_edges(exit_)]
+    written = {e.data.data for e in state.in_edges(exit_) if not e.data.is_empty()}
+    moved, gathered = [], 0
+    for edge in edges:
         memlet = edge.data
         if memlet.is_empty() or not set(params) & set(map(str, memlet.subset.free_symbols)):
             continue
         steps = _steps(memlet, state.sdfg.arrays[memlet.data], params, signed=True)
-        if steps is None or memlet.wcr is not None or edge.dst is exit_ and memlet.dynamic \
-                or any(steps.get(p, 0) != inner[p] * steps.get(params[-1], 0)
-                       for p in params):
+        if steps is None or memlet.wcr is not None or edge.dst is exit_ and memlet.dynamic:
             return
+        if any(steps.get(p, 0) != inner[p] * steps.get(params[-1], 0) for p in params):
+            if edge.dst is exit_ or memlet.data in written:
+                return
+            gathered += 1
         moved.append(memlet)
+    if gathered:
+        tasklets = [n for n in inside.nodes() if isinstance(n, dace.nodes.Tasklet)]
+        if sum(t.code.as_string.count("// op ") for t in tasklets) < GATHER_OPS * gathered:
+            return
+        # GCC vectorises the gathers only where told that the iterations never overlap
+        tasklets[0].code = dace.properties.CodeBlock(
+            f"{tasklets[0].code.as_string}\n{INDEPENDENT_ITERATIONS}", dace.Language.CPP)
     t = dace.symbolic.pystr_to_symbolic(params[-1])
 
     def rows(points: int):
