@@ -102,11 +102,13 @@ def independent_loops(code: str) -> str:
         depth = len(lines[at]) - len(lines[at].lstrip())
         loop = next((k for k in range(at - 1, -1, -1) if lines[k].lstrip().startswith("for (")
                      and len(lines[k]) - len(lines[k].lstrip()) < depth), None)
-        if loop is None or lines[loop - 1].strip() in ("#pragma GCC ivdep",
-                                                       "#pragma omp parallel for simd"):
+        above = lines[loop - 1].strip() if loop else ""
+        if loop is None or above == "#pragma GCC ivdep":
             continue
-        if lines[loop - 1].strip() == "#pragma omp parallel for":  # nothing between them
-            lines[loop - 1] += " simd"
+        if above.startswith("#pragma omp parallel for"):  # nothing may stand between them
+            if " simd" not in above:
+                lines[loop - 1] = lines[loop - 1].replace("parallel for", "parallel for simd",
+                                                          1)
         else:
             lines[loop] = "#pragma GCC ivdep\n" + lines[loop]
     return "\n".join(lines)

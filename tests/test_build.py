@@ -413,10 +413,15 @@ def test_independent_loops_are_marked_for_the_vectoriser():
         "    {",
         f"        {cpp_split.INDEPENDENT_ITERATIONS}",
         "    }",
+        "}",
+        "#pragma omp parallel for schedule(static)",
+        "for (int __i0 = 0; __i0 < 400; __i0 += 1) {",
+        f"    {cpp_split.INDEPENDENT_ITERATIONS}",
         "}"])
     marked = cpp_split.independent_loops(code).split("\n")
     assert marked.count("#pragma GCC ivdep") == 1
     assert marked.count("#pragma omp parallel for simd") == 1
+    assert marked.count("#pragma omp parallel for simd schedule(static)") == 1
     assert marked[marked.index("#pragma GCC ivdep") + 1].strip().startswith(
         "for (int __i1 = 0;")
     assert cpp_split.independent_loops("\n".join(marked)) == "\n".join(marked)
