@@ -618,9 +618,8 @@ def collapse_short_rows(state: dace.SDFGState, entry: dace.nodes.MapEntry) -> No
     parallel = the_map.schedule in (dace.ScheduleType.Default, dace.ScheduleType.CPU_Multicore)
     while merged < len(sizes) and parallel and np.prod(sizes[:-merged]) < PARALLEL_ITERATIONS:
         merged += 1
-    params = the_map.params[-merged:]
-    inner = {p: int(np.prod(sizes[len(sizes) - merged + k + 1:]))
-             for k, p in enumerate(params)}
+    params, merged_sizes = the_map.params[-merged:], sizes[-merged:]
+    inner = {p: int(np.prod(merged_sizes[k + 1:])) for k, p in enumerate(params)}
     exit_ = state.exit_node(entry)
     inside = state.scope_subgraph(entry, include_entry=False, include_exit=False)
     named = re.compile(r"\b(" + "|".join(map(re.escape, params)) + r")\b")
@@ -657,8 +656,8 @@ def collapse_short_rows(state: dace.SDFGState, entry: dace.nodes.MapEntry) -> No
         return t if points == 1 else dace.symbolic.int_floor(t, points)
 
     indices = {dace.symbolic.pystr_to_symbolic(p): rows(inner[p]) - (
-        0 if k == 0 else sizes[len(sizes) - merged + k] * rows(inner[p] * sizes[
-            len(sizes) - merged + k])) for k, p in enumerate(params)}
+        0 if k == 0 else n * rows(inner[p] * n))
+        for k, (p, n) in enumerate(zip(params, merged_sizes))}
     for memlet in moved:
         memlet.subset = dace.subsets.Range([
             (begin.subs(indices, simultaneous=True), end.subs(indices, simultaneous=True),
@@ -666,7 +665,7 @@ def collapse_short_rows(state: dace.SDFGState, entry: dace.nodes.MapEntry) -> No
     kept = len(sizes) - merged
     the_map.params = [*the_map.params[:kept], params[-1]]
     the_map.range = dace.subsets.Range([*the_map.range[:kept],
-                                        (0, int(np.prod(sizes[kept:])) - 1, 1)])
+                                        (0, int(np.prod(merged_sizes)) - 1, 1)])
     from dace.sdfg.propagation import propagate_memlets_scope
     propagate_memlets_scope(state.sdfg, state, state.scope_tree()[entry])
 
