@@ -340,6 +340,37 @@ def test_custom_call_layouts(module, dtype, shape):
         assert_arrays_match(e, np.asarray(a), **tolerance(dtype))
 
 
+POTRF_COLUMN_MAJOR = """
+func.func public @main(%a: tensor<3x6x6x{element}>) -> (tensor<3x6x6x{element}>, tensor<3xi32>) {{
+  %0:2 = stablehlo.custom_call @lapack_{letter}potrf_ffi(%a) {{
+      mhlo.backend_config = {{uplo = {uplo} : ui8}},
+      operand_layouts = [dense<[1, 2, 0]> : tensor<3xindex>],
+      result_layouts = [dense<[1, 2, 0]> : tensor<3xindex>, dense<0> : tensor<1xindex>]}}
+      : (tensor<3x6x6x{element}>) -> (tensor<3x6x6x{element}>, tensor<3xi32>)
+  return %0#0, %0#1 : tensor<3x6x6x{element}>, tensor<3xi32>
+}}"""
+
+
+@pytest.mark.parametrize("uplo", "LU")
+@pytest.mark.parametrize("dtype", LAPACK_DTYPES, ids=dtype_id)
+def test_column_major_potrf_runs_on_row_major_buffers(dtype, uplo):
+    """JAX's column-major potrf factorises the row-major buffers with uplo swapped (the
+    factor of the transposed triangle): XLA's factor, unused triangle and info for both
+    triangles, an indefinite matrix among them, and no transposed copy of the matrix."""
+    jax.jit(jnp.linalg.cholesky)(np.eye(2))  # initialises jaxlib's LAPACK targets
+    x = positive_definite(dtype, (3,), 6)
+    x[1] = -x[1]
+    noise = random(dtype, (3, 6, 6), seed=1)
+    x += np.triu(noise, 1) if uplo == "L" else np.tril(noise, -1)
+    module = POTRF_COLUMN_MAJOR.format(element=ELEMENTS[dtype], uplo=ord(uplo),
+                                       letter="sdcz"[LAPACK_DTYPES.index(dtype)])
+    expected = run_module(module, [x])
+    lowered = hlo2dace.lower_text(module)
+    for e, a in zip(expected, lowered.compile()(x)):
+        assert_arrays_match(e, np.asarray(a), **tolerance(dtype))
+    assert not [name for name in lowered.as_sdfg().arrays if "_layout" in name]
+
+
 def test_unknown_custom_call_target():
     module = """
 func.func public @main(%a: tensor<3xf32>) -> tensor<3xf32> {

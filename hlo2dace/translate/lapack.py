@@ -6,13 +6,16 @@ ops.
 Each target runs a port of jaxlib's kernel (h2d_lapack.h) in one tasklet: the same LAPACK
 routine on the same column-major buffers with the same workspace sizes, so the results,
 pivots, info values and the contents of unused triangles are XLA's (JAX's own code around
-the call then replaces failed factorisations with NaNs, as under XLA). The program links
+the call then replaces failed factorisations with NaNs, as under XLA). potrf is the
+exception: its factor of the other triangle on the row-major buffers is the same matrix,
+up to rounding, without transposing it twice. The program links
 Debian's LAPACK and BLAS (OpenBLAS) through the ``Lapack`` environment below."""
 
 from __future__ import annotations
 
 import functools
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
@@ -198,7 +201,25 @@ def potrf(b: Builder, call: CustomCall) -> list[Binding]:
     batch, (n, _) = _matrix(b, call)
     _check(b, "operand", call.op.operands, [(batch + (n, n), ELEMENTS[p])])
     _check(b, "result", call.op.results, [(batch + (n, n), ELEMENTS[p]), (batch, I32)])
-    return _emit(b, call, "potrf_ffi", [math.prod(batch), n, call.char(b, "uplo", "LU")])
+    uplo = call.char(b, "uplo", "LU")
+    if _transposed(call.operand_layouts[0]) and _transposed(call.result_layouts[0]):
+        # A column-major buffer read row-major holds the transpose, and the factor of the
+        # transposed triangle is the transpose of the other triangle's factor (the
+        # conjugate's, for a Hermitian matrix, which the transpose also undoes). So LAPACK
+        # factorises the row-major buffers with uplo swapped: the matrix is not copied into
+        # column-major order, nor its factor read back transposed.
+        row_major = tuple(range(len(batch) + 1, -1, -1))
+        call = replace(call, operand_layouts=(row_major,),
+                       result_layouts=(row_major, call.result_layouts[1]))
+        uplo = "U" if uplo == "L" else "L"
+    return _emit(b, call, "potrf_ffi", [math.prod(batch), n, uplo])
+
+
+def _transposed(layout: Sequence[int]) -> bool:
+    """Whether a minor-to-major layout is row-major with the last two dimensions swapped:
+    batches of column-major matrices, as JAX declares LAPACK's buffers."""
+    rank = len(layout)
+    return rank >= 2 and layout == (rank - 2, rank - 1, *range(rank - 3, -1, -1))
 
 
 def _svd(b: Builder, call: CustomCall, kernel: str) -> list[Binding]:
