@@ -428,19 +428,55 @@ def test_transposes_absorbed():
     assert sum("__out = __in" in c for c in code) == 2 and any("cblas_dgemm" in c for c in code)
 
 
+@pytest.mark.parametrize("dtype", (np.float32, np.float64, np.complex64, np.int32,
+                                   ml_dtypes.bfloat16), ids=dtype_id)
+def test_outer_products_are_computed_where_they_are_read(dtype):
+    """An outer product is the multiply of its broadcast operands, computed by the maps
+    that read it (XLA fuses it the same way): per-example weight gradients transposed on
+    their way out (``vmap(grad)``'s ``x^T delta``), an outer product plus a bias, and one
+    of a value read twice. None of the results' sizes is an array between the ops."""
+    x = operand(dtype, (6, 5))
+    y = operand(dtype, (6, 7), seed=1)
+    bias = operand(dtype, (7,), seed=2)
+
+    def f(x, y, bias):
+        outer = jnp.einsum("bi,bj->bij", x, y)
+        return {"transposed": jnp.swapaxes(outer, 1, 2), "bias": outer + bias,
+                "twice": jnp.einsum("i,j->ij", x[0], x[0] * 2)}
+
+    check(f, x, y, bias)
+    sdfg = hlo2dace.jit(f, optimize="default").lower(x, y, bias).as_sdfg()
+    assert not [(name, a.shape) for name, a in sdfg.arrays.items()
+                if a.transient and a.total_size in (5 * 7 * 6, 25)], sdfg.arrays
+
+    def per_example(w, x):
+        return jax.vmap(jax.grad(lambda w, x: jnp.sum(jnp.tanh(x @ w) ** 2)),
+                        in_axes=(None, 0))(w, x)
+
+    if np.dtype(dtype).kind == "f" and dtype != ml_dtypes.bfloat16:
+        w = operand(dtype, (5, 7), seed=3)
+        check(per_example, w, x)
+        sdfg = hlo2dace.jit(per_example, optimize="default").lower(w, x).as_sdfg()
+        assert not [name for name, a in sdfg.arrays.items()
+                    if a.transient and a.total_size == 6 * 5 * 7], sdfg.arrays
+
+
 def test_paths():
     """Which path takes a product: BLAS calls for f32/f64/complex (gemm, gemv, dot), the
-    loop nest for integers and for products too small for a BLAS call to pay off, one map
-    for outer products."""
+    loop nest for integers and for products too small for a BLAS call to pay off, outer
+    products elementwise (fused into their readers) where they compute in their operands'
+    type, else one map."""
     def labels(fun, *args):
         return sorted({t.label.rsplit("_", 1)[0] for t in _tasklets(fun, *args)} &
-                      {"blas", "dot_loops", "outer_product"})
+                      {"blas", "dot_loops", "outer_product", "fused"})
 
     big, small = np.ones((64, 64), np.float32), np.ones((4, 4), np.float32)
     assert labels(jnp.matmul, big, big) == ["blas"]
     assert labels(jnp.matmul, small, small) == ["dot_loops"]
     assert labels(jnp.matmul, big.astype(np.int32), big.astype(np.int32)) == ["dot_loops"]
-    assert labels(lambda u, v: jnp.einsum("i,j->ij", u, v), big[0], big[1]) == ["outer_product"]
+    assert labels(lambda u, v: jnp.einsum("i,j->ij", u, v), big[0], big[1]) == ["fused"]
+    assert labels(lambda u, v: jnp.einsum("i,j->ij", u, v, preferred_element_type=jnp.float32),
+                  big[0].astype(np.float16), big[1].astype(np.float16)) == ["outer_product"]
     assert linalg.SMALL_PRODUCT < 64 ** 3
 
 

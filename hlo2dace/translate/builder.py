@@ -213,10 +213,17 @@ class Builder:
             return Array(destination, value.type)
         return self.emit.add_array(hint or value.name.lstrip("%"), value.type)
 
-    def resolve(self, binding: Binding) -> Binding:
+    def resolve(self, binding: Binding, into: Array | None = None) -> Binding:
         """A pending elementwise result -> its array, emitting its cluster if needed; a
         concatenation or a gather not emitted yet -> its array, written if needed;
-        anything else as it is."""
+        anything else as it is. ``into``: the array the caller copies the value into
+        (a function's result), where a value in no array yet is written instead, unless
+        computing it reads that array."""
+        def new_array(hint: str) -> Array:
+            if into is not None and into.type == binding.type and not binding.holds(into.name):
+                return into
+            return self.emit.add_array(hint, binding.type)
+
         if binding.is_pending:
             source = binding.pending
             if not source.cluster.closed:
@@ -224,15 +231,14 @@ class Builder:
                 self.close_cluster(source.cluster)
             array = source.cluster.resolved.get(source.key)
             if array is None:  # its cluster did not write it: recompute what is read
-                return fusion.emit_recomputed(self.emit, binding,
-                                              self.emit.add_array("fused", binding.type),
+                return fusion.emit_recomputed(self.emit, binding, new_array("fused"),
                                               self.resolve)
             if isinstance(binding, Pending):
                 return array
             return View(array, binding.axes or (Axis(None, 0, 0),), binding.type)
         if isinstance(binding, Pieces):
             if not binding.materialised:
-                target = self.emit.add_array("concat", binding.type)
+                target = new_array("concat")
                 self.write_pieces(binding, target)
                 binding.materialised.append(target)
             return binding.materialised[0]
@@ -244,9 +250,9 @@ class Builder:
         if isinstance(binding, (Gathered, Reshaped)):
             if not binding.materialised:
                 binding.materialised.append(fusion.emit_recomputed(
-                    self.emit, binding, self.emit.add_array(
-                        "gather" if isinstance(binding, Gathered) else "reshape",
-                        binding.type), self.resolve))
+                    self.emit, binding,
+                    new_array("gather" if isinstance(binding, Gathered) else "reshape"),
+                    self.resolve))
             return binding.materialised[0]
         return binding
 
@@ -634,7 +640,7 @@ class Builder:
             for binding, target in zip(returned, results):
                 if target is None:
                     continue
-                binding = self.resolve(binding)
+                binding = self.resolve(binding, into=target)
                 if not binding.is_array(target.name):
                     self.emit.copy(binding, target)
         self.emit.new_state("epilogue")

@@ -40,6 +40,7 @@ import glob
 import math
 import warnings
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Sequence, Union
 
 import dace
@@ -51,6 +52,7 @@ from ..optimize import shared_threads
 from . import dtypes
 from .bindings import (
     Array,
+    Axis,
     Binding,
     Literal,
     Pending,
@@ -59,13 +61,14 @@ from .bindings import (
     cpp_size,
     dace_shape,
     map_params,
+    view_of,
 )
 from .builder import Builder
 from .cpp import Loop, Writer
 from .dtypes import ElementType
 from .emitter import Element, Whole
 from .literals import literal
-from .registry import register
+from .registry import register, register_elementwise
 
 #: element types OpenBLAS multiplies, with the letter of their cblas routines
 BLAS_TYPES = {"f32": "s", "f64": "d", "complex<f32>": "c", "complex<f64>": "z"}
@@ -297,16 +300,21 @@ class _Product:
     def k(self) -> int:
         return self.size(0, [pair[0] for pair in self.contract])
 
+    def result_dims(self, side: int) -> list[int | None]:
+        """For each dimension of an operand, the result dimension it is read along (None:
+        a contracting dimension)."""
+        where: list[int | None] = [None] * len(self.shapes[side])
+        for j, pair in enumerate(self.batch):
+            where[pair[side]] = j
+        first = len(self.batch) + (0 if side == 0 else len(self.free[0]))
+        for j, d in enumerate(self.free[side], first):
+            where[d] = j
+        return where
+
     def result_positions(self, side: int, params: Sequence[str]) -> list[str]:
         """Where an operand is read at the result's index ``params`` (contracting
         dimensions, all of size 1 when this is asked, at 0)."""
-        where = ["0"] * len(self.shapes[side])
-        for param, pair in zip(params, self.batch):
-            where[pair[side]] = param
-        first = len(self.batch) + (0 if side == 0 else len(self.free[0]))
-        for param, d in zip(params[first:], self.free[side]):
-            where[d] = param
-        return where
+        return ["0" if j is None else params[j] for j in self.result_dims(side)]
 
     def groups(self, side: int, operand: Operand, order) -> tuple[bool, int | None, int | None]:
         """Whether the operand's free and contracting groups (the latter in ``order``, a
@@ -359,6 +367,8 @@ def dot_general(b: Builder, op: ir.Op) -> list[Binding]:
     lhs_element, rhs_element, result, compute = op_types(b, op, "product")
     full = _Product.of(op, tuple(zip(lhs_batch, rhs_batch)),
                        tuple(zip(lhs_contract, rhs_contract)))
+    if full.k == 1 and _elementwise(b, op, (lhs_element, rhs_element, result), compute):
+        return b.add_elementwise(_broadcast_product(b, op, full))
     # every path of a contraction (``_product``: also where k is a symbol) in the result's
     # own type writes it through a pointer
     whole = full.k not in (0, 1) and not compute.is_stored_as_bits \
@@ -395,9 +405,54 @@ def _product(b: Builder, op: ir.Op, product: _Product, compute: ElementType,
         _loop_product(b, op, product, compute, target)
 
 
+#: the attribute of a dot_general made by ``_broadcast_product``: its operands are views of
+#: the real ones in the result's shape, so its product is elementwise
+BROADCAST_OPERANDS = "h2d.broadcast_operands"
+
+register_elementwise("stablehlo.dot_general",
+                     lambda op, args, in_types, out_type: f"h2d::mul({args[0]}, {args[1]})",
+                     when=lambda op: bool(op.attr(BROADCAST_OPERANDS)))
+
+
+def _elementwise(b: Builder, op: ir.Op, elements: Sequence[ElementType],
+                 compute: ElementType) -> bool:
+    """Whether a product without a contraction (or with one of size 1) is the multiply of
+    its operands broadcast to the result: in one element type, computed in it, and not to
+    be written into an array of another shape (``whole_result``) or of symbolic size."""
+    t = op.result.type
+    destination = b.scope.destinations.get(op.result.name)
+    return (len({e.element for e in elements}) == 1 and t.size > 0
+            and precision_key(compute) == precision_key(elements[-1])
+            and not symbolic.is_symbolic(t) and not any(
+                symbolic.is_symbolic(v.type) for v in op.operands)
+            and (destination is None or list(map(str, b.emit.sdfg.arrays[destination].shape))
+                 == list(map(str, dace_shape(t)))))
+
+
+def _broadcast_product(b: Builder, op: ir.Op, product: _Product) -> ir.Op:
+    """An outer product as an elementwise op of the cluster of its shape: a dot_general
+    of views of the operands broadcast to the result (``BROADCAST_OPERANDS``), bound in
+    the scope and made the producer of the result. Its readers compute it where they
+    read it, as XLA fuses such a product into them: a transpose of it, or an add of a
+    bias, writes the result's array in the order it is read, with no array between."""
+    t = op.result.type
+    operands = []
+    for side, value in enumerate(op.operands):
+        axes = [Axis(None, 0, 0) if j is None else Axis(j) for j in product.result_dims(side)]
+        broadcast = ir.Value(f"{op.result.name}_operand{side}",
+                             ir.TensorType(t.shape, value.type.element))
+        b.scope.env[broadcast.name] = view_of(b.readable(value), axes, broadcast.type)
+        operands.append(broadcast)
+    elementwise = ir.Op(op.name, tuple(operands), op.results,
+                        MappingProxyType({BROADCAST_OPERANDS: True}), location=op.location)
+    b.scope.producers[op.result.name] = elementwise
+    return elementwise
+
+
 def _outer_product(b: Builder, op: ir.Op, product: _Product, compute: ElementType,
                    target: Array) -> None:
-    """No contraction (or one of size 1): result = lhs * rhs, one map over the result."""
+    """No contraction (or one of size 1) where the product is not elementwise: result =
+    lhs * rhs, one map over the result."""
     params = map_params(op.result.type.rank)
     inputs, args = {}, []
     for side, value in enumerate(op.operands):
