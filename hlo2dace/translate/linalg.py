@@ -421,10 +421,10 @@ def _elementwise(b: Builder, op: ir.Op, elements: Sequence[ElementType],
     be written into an array of another shape (``whole_result``) or of symbolic size."""
     t = op.result.type
     destination = b.scope.destinations.get(op.result.name)
-    return (len({e.element for e in elements}) == 1 and t.size > 0
-            and precision_key(compute) == precision_key(elements[-1])
-            and not symbolic.is_symbolic(t) and not any(
+    return (not symbolic.is_symbolic(t) and not any(
                 symbolic.is_symbolic(v.type) for v in op.operands)
+            and len({e.element for e in elements}) == 1 and t.size > 0
+            and precision_key(compute) == precision_key(elements[-1])
             and (destination is None or list(map(str, b.emit.sdfg.arrays[destination].shape))
                  == list(map(str, dace_shape(t)))))
 
