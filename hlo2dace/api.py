@@ -17,6 +17,8 @@ import numpy as np
 from . import ir, mpi, optimize, runtime, sharded, symbolic
 from .arguments import (
     ARRAY_TYPES,
+    LEAF_TYPES,
+    PYTHON_SCALARS,
     Results,
     abstract,
     as_array,
@@ -322,7 +324,8 @@ def _level(name: str | None) -> optimize.Level:
 # ---------------------------------------------------------------------------- jit
 
 
-#: marks a ``JitFunction`` cache key of plain arrays (a pytree's keys begin with its treedef)
+#: marks a ``JitFunction`` cache key of leaves (arrays, scalars; a pytree's keys begin with its
+#: treedef)
 _FLAT = "arrays"
 
 
@@ -388,10 +391,10 @@ class JitFunction:
 
         sharding = self._keyed_by_sharding
         if not kwargs and not self.static_argnums and all(
-                type(a) in ARRAY_TYPES for a in args):  # arrays only: no pytree to flatten
-            return (_FLAT, tuple((a.shape, a.dtype, getattr(a, "weak_type", False),
-                                  getattr(a, "sharding", None) if sharding else None)
-                                 for a in args),
+                type(a) in LEAF_TYPES for a in args):  # leaves only: no pytree to flatten
+            return (_FLAT, tuple(type(a) if type(a) in PYTHON_SCALARS else (
+                a.shape, a.dtype, getattr(a, "weak_type", False),
+                getattr(a, "sharding", None) if sharding else None) for a in args),
                     bool(jax.config.jax_enable_x64)), args
         if kwargs or self.static_argnums:
             dynamic_args, dynamic_kwargs, statics = self.split_static(args, kwargs)

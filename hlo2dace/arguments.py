@@ -39,6 +39,11 @@ def data_types(types: Sequence[ir.Type]) -> list[ir.Type]:
 
 #: argument types ``JitFunction`` keys its cache on directly (shape, dtype, weak type)
 ARRAY_TYPES = (np.ndarray, *runtime.exported_array_types())
+#: Python's scalars, which JAX gives a weak type: a call keys its cache on the type alone
+PYTHON_SCALARS = (bool, int, float, complex)
+#: argument types that are pytree leaves themselves, keyed without flattening a pytree
+LEAF_TYPES = frozenset((*ARRAY_TYPES, *PYTHON_SCALARS,
+                        *(t for t in set(np.sctypeDict.values()) if issubclass(t, np.generic))))
 
 
 class Results:
@@ -66,6 +71,8 @@ class Results:
         # looked up once: the imports and attribute lookups are on every call's path
         self._put = xla_client.batched_device_put
         self._unflatten = jax.tree_util.tree_unflatten
+        #: the results are one array, not a pytree of them
+        self._one_leaf = tree.num_leaves == 1 and jax.tree_util.treedef_is_leaf(tree)
         self._wrap_key = lambda array, key_type: jax.random.wrap_key_data(
             jax.device_put(array), impl=key_type._impl)
 
@@ -84,7 +91,7 @@ class Results:
                    if aval is not None else array if key_type is None
                    else self._wrap_key(array, key_type)
                    for array, (key_type, aval) in zip(arrays, self.leaves)]
-        return self._unflatten(self.tree, results)
+        return results[0] if self._one_leaf else self._unflatten(self.tree, results)
 
     def _concrete(self, k: int, aval, shape: tuple):
         concrete = self.concrete.get((k, shape))
@@ -106,7 +113,7 @@ def _device_holds(dtype) -> bool:
 
 
 def abstract(leaf: Any):
-    if isinstance(leaf, (bool, int, float, complex)):
+    if isinstance(leaf, PYTHON_SCALARS):
         return (type(leaf),)
     shape = getattr(leaf, "shape", None)
     dtype = getattr(leaf, "dtype", None)

@@ -113,6 +113,8 @@ class TensorSpec:
         return np.require(array, requirements=["C", "A"]).reshape(self.storage_shape)
 
     def from_storage(self, array: np.ndarray) -> np.ndarray:
+        if self.dtype == self.storage:
+            return array.reshape(self.shape)
         dtype, storage = np.dtype(self.dtype), np.dtype(self.storage)
         if storage != dtype:
             array = array.view(dtype) if self.bits else array.astype(dtype)
@@ -251,11 +253,10 @@ class Program:
         # what every call checks and allocates, made once
         #: the NumPy dtype of each argument
         self.argument_dtypes = [np.dtype(spec.dtype) for spec in self.arguments]
-        #: per argument: the (shape, dtype) of a NumPy array passed as it is, or None
-        #: where the compiled code stores another type (16-bit floats, 0-d arrays)
-        self._as_is = [(spec.shape, np.dtype(spec.storage))
-                       if spec.dtype == spec.storage and spec.shape else None
-                       for spec in self.arguments]
+        #: per argument: the (shape, dtype) of a NumPy array passed as it is (a 0-d one as
+        #: one element), or None where the compiled code stores another type (16-bit floats)
+        self._as_is = [(spec.shape, np.dtype(spec.storage)) if spec.dtype == spec.storage
+                       else None for spec in self.arguments]
         self._output_layouts = [(spec.storage_shape, np.dtype(spec.storage),
                                  int(np.prod(spec.storage_shape)) * np.dtype(spec.storage)
                                  .itemsize >= ALIGNED_BYTES) for spec in self.results
@@ -294,10 +295,10 @@ class Program:
         for i, array in enumerate(arrays):
             as_is = self._as_is[i]
             kind = type(array)
-            if (as_is is not None and (kind is np.ndarray and array.flags.c_contiguous
-                                       and array.flags.aligned or kind in exported)
-                    and array.shape == as_is[0] and array.dtype == as_is[1]):
-                converted.append(array)
+            if as_is is not None and (kind is np.ndarray and array.flags.c_contiguous
+                                      and array.flags.aligned or kind in exported and as_is[0]
+                                      ) and array.shape == as_is[0] and array.dtype == as_is[1]:
+                converted.append(array if as_is[0] else array.reshape(1))
             else:
                 converted.append(self._convert(i, array))
         return converted

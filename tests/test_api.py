@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import hlo2dace
-from hlo2dace import ArgumentError, ParseError, UnsupportedError
+from hlo2dace import ArgumentError, ParseError, UnsupportedError, runtime
 
 from util import assert_arrays_match, assert_matches_jax
 
@@ -50,6 +50,30 @@ def test_scalars_keep_shape_and_python_scalars_are_accepted():
     assert out.shape == () and out.dtype == np.float32 and float(out) == 7.0
     out = f(3, 4)
     assert out.shape == () and int(out) == 13
+
+
+def test_calls_with_scalars_take_the_short_path(monkeypatch):
+    """Arrays, NumPy scalars and Python scalars as positional arguments key the cache as
+    they are, with no pytree flattened, and 0-d values reach the compiled code without a
+    conversion: per-call work of a scalar loop (a Collatz ``while_loop``). Results and
+    weak types are jax.jit's."""
+    def fun(n, x, scale):
+        return n * 2 + 1, x * scale, scale
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("not on a call with a known signature")
+
+    g = hlo2dace.jit(fun)
+    g(np.int32(7), np.arange(3, dtype=np.float32), 1.5)
+    monkeypatch.setattr(jax.tree_util, "tree_flatten", refuse)
+    monkeypatch.setattr(runtime.Program, "_convert", refuse)
+    for args in [(np.int32(8), np.ones(3, np.float32), 2.5),
+                 (np.array(-3, np.int32), np.full(3, 2, np.float32), -0.0)]:
+        actual = g(*args)
+        expected = jax.jit(fun)(*args)
+        for a, e in zip(actual, expected):
+            assert_arrays_match(np.asarray(e), np.asarray(a))
+            assert a.weak_type == e.weak_type and a.shape == e.shape
 
 
 def test_static_arguments_and_signature_cache():
