@@ -208,10 +208,14 @@ class Builder:
         assert isinstance(value.type, ir.TensorType)
         destination = (scope or self.scope).claim(value) if (scope or self.scope) else None
         if destination is not None and self.overwritable(destination) and (
-                whole or list(map(str, self.emit.sdfg.arrays[destination].shape))
-                == list(map(str, dace_shape(value.type)))):
+                whole or self.shaped_as(destination, value)):
             return Array(destination, value.type)
         return self.emit.add_array(hint or value.name.lstrip("%"), value.type)
+
+    def shaped_as(self, array: str, value: ir.Value) -> bool:
+        """Whether ``array`` has the shape of ``value``."""
+        return list(map(str, self.emit.sdfg.arrays[array].shape)) == \
+            list(map(str, dace_shape(value.type)))
 
     def resolve(self, binding: Binding, into: Array | None = None) -> Binding:
         """A pending elementwise result -> its array, emitting its cluster if needed; a

@@ -425,8 +425,7 @@ def _elementwise(b: Builder, op: ir.Op, elements: Sequence[ElementType],
                 symbolic.is_symbolic(v.type) for v in op.operands)
             and len({e.element for e in elements}) == 1 and t.size > 0
             and precision_key(compute) == precision_key(elements[-1])
-            and (destination is None or list(map(str, b.emit.sdfg.arrays[destination].shape))
-                 == list(map(str, dace_shape(t)))))
+            and (destination is None or b.shaped_as(destination, op.result)))
 
 
 def _broadcast_product(b: Builder, op: ir.Op, product: _Product) -> ir.Op:
