@@ -41,6 +41,7 @@ H2D_VECTOR_MATH_1(tan)
 H2D_VECTOR_MATH_1(tanh)
 H2D_VECTOR_MATH_1(cbrt)
 H2D_VECTOR_MATH_2(pow)
+H2D_VECTOR_MATH_2(atan2)
 #undef H2D_VECTOR_MATH_2
 #undef H2D_VECTOR_MATH_1
 #undef H2D_VECTOR_MATH
@@ -57,7 +58,7 @@ namespace vm {
     inline double name(double a, double b) { return h2d_vm_##name(a, b); } \
     inline float name(float a, float b) { return h2d_vm_##name##f(a, b); }
 H2D_VM_1(exp) H2D_VM_1(expm1) H2D_VM_1(log) H2D_VM_1(log1p) H2D_VM_1(sin) H2D_VM_1(cos)
-H2D_VM_1(tan) H2D_VM_1(tanh) H2D_VM_1(cbrt) H2D_VM_2(pow)
+H2D_VM_1(tan) H2D_VM_1(tanh) H2D_VM_1(cbrt) H2D_VM_2(pow) H2D_VM_2(atan2)
 #undef H2D_VM_2
 #undef H2D_VM_1
 }  // namespace vm
@@ -1462,8 +1463,11 @@ template <typename T> inline T cbrt_(T a) {
     } else return vm::cbrt(flush(a));
 }
 template <typename T> inline T atan2_(T a, T b) {
-    // libm's scalar atan2: libmvec's reads denormals as zero under DAZ, where XLA does not
-    if constexpr (is_complex<T>) return cx::atan2(a, b); else return std::atan2(a, b);
+    // Denormal arguments read as zero, as DAZ reads every other op's (libmvec's variants
+    // differ there: some read them as zero, some do not). XLA calls libm's scalar atan2,
+    // whose branches under DAZ give artefacts for them (f64 atan2(d, d) = pi/2, f32 NaN):
+    // docs/vector-math.md.
+    if constexpr (is_complex<T>) return cx::atan2(a, b); else return vm::atan2(flush(a), flush(b));
 }
 // The exponential inside XLA's own expansion of the logistic op.
 template <typename T> inline T exp_logistic(T a) {
