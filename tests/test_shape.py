@@ -358,6 +358,28 @@ def test_dynamic_slices_read_by_elementwise_ops_are_read_in_place(dtype):
     assert_matches_jax(f, u, w)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, ml_dtypes.bfloat16],
+                         ids=dtype_id)
+def test_rolls_by_traced_shifts_copy_from_the_parts(dtype):
+    """``jnp.roll`` by a traced shift is a window of the array laid twice end to end
+    (NPBench's durbin rolls a flipped vector every step): the window is copied from the
+    parts, never the doubled array first. Along each axis, of a flipped array and of a
+    slice, by shifts that wrap, negative ones, zero and whole turns; XLA's results."""
+    x = sample(dtype, (5, 6, 7))
+
+    def f(x, k):
+        return {"axis0": jnp.roll(x, k, 0), "axis1": jnp.roll(x, -k, 1),
+                "flipped": jnp.roll(jnp.flip(x[1:4], 2), k, 2) * 2,
+                "flat": jnp.roll(x[2, 3], k), "twice": jnp.roll(x, (k, 2 * k), (0, 2))}
+
+    for k in (0, 1, 3, -2, 6, 7, -14, 35):
+        assert_matches_jax(f, x, k)
+    sdfg = hlo2dace.jit(f).lower(x, 3).as_sdfg()
+    doubled = [name for name, a in sdfg.arrays.items() if a.transient and
+               a.total_size in (2 * x.size, 3 * 6 * 14, 14)]
+    assert not doubled, doubled
+
+
 DYNAMIC_TEXT = """
 func.func @main(%x: tensor<5x6xf32>, %u: tensor<2x2xf32>, %i: tensor<{t}>, %j: tensor<{t}>)
     -> (tensor<2x3xf32>, tensor<5x6xf32>) {{

@@ -62,6 +62,28 @@ from .scopes import Scope, callee, updates_in_place, updates_in_results
 Reader = Callable[[Sequence[str]], str]
 
 
+def binding_reader(binding: Array | Literal | View, conn: str, arrays: dict[str, Array]
+                   ) -> Reader:
+    """``Builder.reader`` of a binding already an array, a literal or a view."""
+    if binding.is_literal:
+        text = literal(binding.value, dtypes.of(binding.type), storage=True)
+        return lambda indices: text
+    source = binding.source if isinstance(binding, View) else binding
+    if binding.type.size:
+        arrays[conn] = source
+    if not isinstance(binding, View):
+        return lambda indices: f"{conn}[{flat_index(binding.type.shape, indices)}]"
+
+    def read_view(indices: Sequence[str]) -> str:
+        subscripts = [str(axis.offset) if axis.dim is None else indices[axis.dim]
+                      if (axis.offset, axis.stride) == (0, 1) else
+                      f"{axis.offset} + {axis.stride} * (int64_t)({indices[axis.dim]})"
+                      for axis in binding.axes]
+        return f"{conn}[{flat_index(source.type.shape, subscripts)}]"
+
+    return read_view
+
+
 class Builder:
     """Translates one IR module into one SDFG."""
 
@@ -180,23 +202,10 @@ class Builder:
         slice or reverse read in a loop is never copied per iteration), a splat literal as
         its literal."""
         binding = self.readable(value)
-        if binding.is_literal:
-            text = literal(binding.value, dtypes.of(value.type), storage=True)
-            return lambda indices: text
-        source = binding.source if isinstance(binding, View) else self.array(value)
-        if value.type.size:
-            arrays[conn] = source
-        if not isinstance(binding, View):
-            return lambda indices: f"{conn}[{flat_index(value.type.shape, indices)}]"
+        if not (binding.is_literal or isinstance(binding, View)):
+            binding = self.array(value)
+        return binding_reader(binding, conn, arrays)
 
-        def read_view(indices: Sequence[str]) -> str:
-            subscripts = [str(axis.offset) if axis.dim is None else indices[axis.dim]
-                          if (axis.offset, axis.stride) == (0, 1) else
-                          f"{axis.offset} + {axis.stride} * (int64_t)({indices[axis.dim]})"
-                          for axis in binding.axes]
-            return f"{conn}[{flat_index(source.type.shape, subscripts)}]"
-
-        return read_view
 
     def allocate_result(self, value: ir.Value, hint: str = "", scope: Scope | None = None,
                         whole: bool = False) -> Array:

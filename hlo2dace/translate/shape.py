@@ -34,7 +34,7 @@ from .bindings import (
     unravel,
     view_of,
 )
-from .builder import Builder, Reader
+from .builder import Builder, Reader, binding_reader
 from .emitter import Element, Value, Whole
 from .known import result_dtype
 from .registry import define, read_elementwise, register, register_elementwise
@@ -394,11 +394,16 @@ def dynamic_slice(b: Builder, op: ir.Op) -> list[Binding]:
     readers' maps read its elements in place instead of a copy that costs as much as
     they do. Else one map copies it: a contiguous window at memory speed, and its
     readers' loops stay vector (reading a rolled vector in place kept NPBench's durbin
-    scalar, 1.8x slower)."""
+    scalar, 1.8x slower); a window of a concatenation not written yet, along its
+    dimension, straight from the parts (``_copy_from_pieces``)."""
     operand, *start_values = op.operands
     sizes = op.attr("slice_sizes")
-    source = b.readable(operand)
     t = op.result.type
+    source = b.binding(operand)
+    if not (isinstance(source, Pieces) and not source.materialised and t.size and all(
+            k == n for d, (k, n) in enumerate(zip(sizes, operand.type.shape))
+            if d != source.dimension)):
+        source = b.readable(operand)
     written = set(b.scope.destinations.values())
     if (b.level.fuse and t.rank and t.size > 1 and sizes[-1] == 1
             and isinstance(source, (Array, View)) and source.data not in written
@@ -412,6 +417,9 @@ def dynamic_slice(b: Builder, op: ir.Op) -> list[Binding]:
     inputs = {f"__s{d}": Value(b.value(v)) for d, v in enumerate(start_values)}
     starts = clamped_starts(start_values, list(inputs), sizes, operand.type.shape)
     lines = [f"const int64_t __start{d} = {s};" for d, s in enumerate(starts)]
+    if isinstance(source, Pieces):
+        _copy_from_pieces(b, source, target, lines, inputs)
+        return [target]
     arrays: dict[str, Array] = {}
     read = b.reader(operand, "__src", arrays)
     lines.append(f"__out = {read([f'__start{d} + __i{d}' for d in range(len(sizes))])};")
@@ -419,6 +427,32 @@ def dynamic_slice(b: Builder, op: ir.Op) -> list[Binding]:
     b.emit.map("dynamic_slice", target.type.shape, "\n".join(lines), inputs,
                {"__out": Element(target)})
     return [target]
+
+
+def _copy_from_pieces(b: Builder, pieces: Pieces, target: Array, lines: list[str],
+                      inputs: dict) -> None:
+    """A window of a concatenation along its own dimension (``jnp.roll`` by a traced
+    shift: a window of ``x`` laid twice end to end) copied from the parts it overlaps,
+    one loop nest per part whose bounds are computed at run time: each loop copies a run
+    of contiguous elements, which vectorises, where materialising the concatenation first
+    copied everything three times (NPBench's durbin)."""
+    d, shape = pieces.dimension, target.type.shape
+    indices = [f"__i{k}" for k in range(len(shape))]
+    position = [*indices[:d], f"(__i{d} - __start{d})", *indices[d + 1:]]
+    arrays: dict[str, Array] = {}
+    for k, (part, (first, end)) in enumerate(zip(pieces.parts, pieces.extents())):
+        if not part.type.size:
+            continue
+        read = binding_reader(part, f"__part{k}", arrays)
+        loops = [f"for (int64_t __i{e} = 0; __i{e} < {cpp_size(n)}; ++__i{e})" if e != d else
+                 f"for (int64_t __i{d} = std::max<int64_t>(__start{d}, {cpp_size(first)}); "
+                 f"__i{d} < std::min<int64_t>(__start{d} + {cpp_size(n)}, {cpp_size(end)}); "
+                 f"++__i{d})"
+                 for e, n in enumerate(shape)]
+        within = [*indices[:d], f"__i{d} - {cpp_size(first)}", *indices[d + 1:]]
+        lines += [*loops, f"    __out[{flat_index(shape, position)}] = {read(within)};"]
+    inputs.update((conn, Whole(array)) for conn, array in arrays.items())
+    b.emit.map("dynamic_slice", (), "\n".join(lines), inputs, {"__out": Whole(target)})
 
 
 @register("stablehlo.real_dynamic_slice")
