@@ -206,7 +206,6 @@ class Builder:
             binding = self.array(value)
         return binding_reader(binding, conn, arrays)
 
-
     def allocate_result(self, value: ir.Value, hint: str = "", scope: Scope | None = None,
                         whole: bool = False) -> Array:
         """The array an op writes ``value`` into: its destination (a function result, a
