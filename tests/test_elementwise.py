@@ -212,6 +212,7 @@ def atan2_of_flushed(y, x):
 
 #: what XLA runs for an op whose reference is not the op itself
 XLA_REFERENCE = {"atan2": atan2_of_flushed}
+
 # name -> (function, categories it is tested on). Functions reach each op with lax.*.
 
 BINARY = {
