@@ -866,6 +866,57 @@ def test_calls_are_inlined_with_names_of_their_own():
     assert sum(op.name == "stablehlo.select" for op in ops) == 4
 
 
+def test_calls_and_ops_that_compute_the_same_values_are_inlined_once():
+    """Two histograms of one array search it among the same edges: after inlining, the
+    second search (a jitted ``searchsorted`` holding a while loop) and the ops between the
+    two calls are the first's, as XLA's CSE leaves them; XLA's results."""
+    from hlo2dace.frontend.normalize import normalize
+
+    from util import assert_matches_jax
+
+    def f(r, d):
+        return jnp.histogram(r, 10)[0] / jnp.histogram(r, 10, weights=d)[0]
+
+    rng = np.random.default_rng(0)
+    r, d = rng.random(500), rng.random(500)
+    module = parse_module(normalize(_lowered(f, r, d)).text)
+    calls = [op for op in module.main.ops if op.name == "func.call"
+             and op.attr("callee").name == "searchsorted"]
+    assert len(calls) == 2
+    ops = [inner for op in inline_calls(module).main.ops for inner in op.walk()]
+    assert sum(op.name == "stablehlo.while" for op in ops) == 1
+    assert_matches_jax(f, r, d)
+
+
+def test_calls_with_effects_are_inlined_at_every_call():
+    from hlo2dace.frontend.normalize import normalize
+
+    text = """
+func.func @main(%x: tensor<3xf32>) -> (tensor<3xf32>, tensor<3xf32>) {
+  %0 = func.call @noisy(%x) : (tensor<3xf32>) -> tensor<3xf32>
+  %1 = func.call @noisy(%x) : (tensor<3xf32>) -> tensor<3xf32>
+  %2 = func.call @quiet(%x) : (tensor<3xf32>) -> tensor<3xf32>
+  %3 = func.call @quiet(%x) : (tensor<3xf32>) -> tensor<3xf32>
+  %4 = stablehlo.add %0, %1 : tensor<3xf32>
+  %5 = stablehlo.add %2, %3 : tensor<3xf32>
+  return %4, %5 : tensor<3xf32>, tensor<3xf32>
+}
+func.func private @noisy(%x: tensor<3xf32>) -> tensor<3xf32> {
+  %0 = stablehlo.custom_call @log_it(%x) {has_side_effect = true} : (tensor<3xf32>) -> tensor<3xf32>
+  %1 = stablehlo.exponential %0 : tensor<3xf32>
+  return %1 : tensor<3xf32>
+}
+func.func private @quiet(%x: tensor<3xf32>) -> tensor<3xf32> {
+  %0 = stablehlo.exponential %x : tensor<3xf32>
+  return %0 : tensor<3xf32>
+}
+"""
+    ops = [inner for op in inline_calls(parse_module(normalize(text).text)).main.ops
+           for inner in op.walk()]
+    assert sum(op.name == "stablehlo.custom_call" for op in ops) == 2
+    assert sum(op.name == "stablehlo.exponential" for op in ops) == 3  # twice noisy's, once
+
+
 def test_a_function_that_calls_itself_is_refused_where_it_calls():
     from hlo2dace.errors import UnsupportedError
     from hlo2dace.frontend.normalize import normalize

@@ -7,6 +7,13 @@ a fused loop may compute it itself, whether XLA would contract a product or rewr
 division) sees all its readers in one place, as XLA's passes see them after inlining.
 MLIR's own inliner cannot do it: the StableHLO dialect declares no inliner interface.
 
+A call of a function without effects whose operands an earlier call of it in the same
+block had (``jnp.histogram(r, n)`` and ``jnp.histogram(r, n, weights=w)`` both search
+``r`` among the same edges, in a jitted ``searchsorted``) takes that call's results
+instead of computing them again, and so does an op without regions that an earlier op
+computed from the same operands (what the two calls' results feed), as XLA's CSE merges
+them after inlining: MLIR's CSE, run before, leaves calls alone.
+
 A callee whose signature has a dynamic shape is left as a call: the translator infers its
 shapes per call site."""
 
@@ -21,6 +28,12 @@ from ..errors import UnsupportedError
 
 #: the ops that call a function of the module by its ``callee`` symbol
 CALLS = ("func.call", "stablehlo.call")
+#: ops with effects beyond their results (or that XLA never merges): a function holding one
+#: is called again rather than reusing an earlier call's results
+EFFECTS = frozenset(f"stablehlo.{name}" for name in (
+    "custom_call", "infeed", "outfeed", "send", "recv", "rng", "after_all",
+    "optimization_barrier", "all_reduce", "all_gather", "all_to_all", "reduce_scatter",
+    "collective_permute", "collective_broadcast"))
 
 
 def inline_calls(module: ir.Module) -> ir.Module:
@@ -36,6 +49,8 @@ class _Inliner:
         self.sites = itertools.count()
         #: the callees being inlined, innermost last (a recursion would never end)
         self.active: list[str] = []
+        #: function name -> whether it has no effects (``EFFECTS``), its callees neither
+        self.pure: dict[str, bool] = {}
 
     def region(self, region: ir.Region, names: dict[str, ir.Value],
                site_location: ir.Location | None = None) -> ir.Region:
@@ -48,21 +63,34 @@ class _Inliner:
         that replace the ones named (a callee's arguments and definitions, the results of
         calls inlined so far, to which each call adds its own)."""
         return ir.Block(tuple(names.get(a.name, a) for a in block.arguments),
-                        tuple(self.ops(block.ops, names, site_location)))
+                        tuple(self.ops(block.ops, names, site_location, {})))
 
     def ops(self, ops: tuple[ir.Op, ...], names: dict[str, ir.Value],
-            site_location: ir.Location | None = None) -> Iterator[ir.Op]:
+            site_location: ir.Location | None, calls: dict[tuple, tuple[ir.Value, ...]]
+            ) -> Iterator[ir.Op]:
         """``ops`` with their calls inlined; ``site_location``: the location of the call
-        that inlines them, if any (``_located``)."""
+        that inlines them, if any (``_located``); ``calls``: the results of the ops and
+        calls without effects put into the block so far, by what they compute from
+        (``_key``; a call: its callee and operands)."""
         for op in ops:
             operands = tuple(names.get(v.name, v) for v in op.operands)
             function = self.callee(op)
+            key = _key(op, operands) if function is None else (
+                (function.name, tuple(v.name for v in operands))
+                if self.effect_free(function) else None)
+            if key in calls:
+                for result, earlier in zip(op.results, calls[key]):
+                    names[result.name] = earlier
+                continue
             if function is None:
-                yield dataclasses.replace(
+                inlined = dataclasses.replace(
                     op, operands=operands,
                     results=tuple(names.get(r.name, r) for r in op.results),
                     regions=tuple(self.region(r, names, site_location) for r in op.regions),
                     location=_located(op.location, site_location))
+                if key is not None:
+                    calls[key] = inlined.results
+                yield inlined
                 continue
             site = next(self.sites)
             inner = dict(zip((a.name for a in function.arguments), operands))
@@ -71,19 +99,37 @@ class _Inliner:
                     inner[value.name] = ir.Value(f"%c{site}_{value.name[1:]}", value.type)
             self.active.append(function.name)
             *body, terminator = function.ops
-            yield from self.ops(tuple(body), inner, _located(op.location, site_location))
+            yield from self.ops(tuple(body), inner, _located(op.location, site_location),
+                                calls)
             self.active.pop()
             for result, returned in zip(op.results, terminator.operands):
                 names[result.name] = inner.get(returned.name, returned)
+            if key is not None:
+                calls[key] = tuple(names[result.name] for result in op.results)
+
+    def effect_free(self, function: ir.Function) -> bool:
+        """Whether ``function`` and every function it calls hold no op of ``EFFECTS``."""
+        if function.name not in self.pure:
+            self.pure[function.name] = False  # while it is looked at: a recursion is not
+            self.pure[function.name] = all(
+                inner.name not in EFFECTS and (
+                    inner.name not in CALLS or (callee := self.target(inner)) is not None
+                    and self.effect_free(callee))
+                for op in function.ops for inner in op.walk())
+        return self.pure[function.name]
+
+    def target(self, op: ir.Op) -> ir.Function | None:
+        """The function of the module that the call ``op`` names, if any."""
+        target = op.attr("callee")
+        return self.module.functions.get(
+            target.name if isinstance(target, ir.SymbolRef) else target)
 
     def callee(self, op: ir.Op) -> ir.Function | None:
         """The function ``op`` calls, if it is one to inline: a call of a function with a
         body, whose argument and result shapes are static."""
         if op.name not in CALLS:
             return None
-        target = op.attr("callee")
-        function = self.module.functions.get(
-            target.name if isinstance(target, ir.SymbolRef) else target)
+        function = self.target(op)
         if function is None or not function.body.blocks:
             return None
         types = (*(a.type for a in function.arguments), *function.result_types)
@@ -94,6 +140,20 @@ class _Inliner:
                                    op.location, ["calls of functions that do not call "
                                                  "themselves"])
         return function
+
+
+def _key(op: ir.Op, operands: tuple[ir.Value, ...]) -> tuple | None:
+    """What an op without regions or effects computes from: two such ops with one key have
+    the same results. None for other ops, and where an attribute is no key (an array)."""
+    if op.regions or not op.results or op.name in EFFECTS or op.name in CALLS:
+        return None
+    key = (op.name, tuple(v.name for v in operands), tuple(sorted(op.attributes.items())),
+           tuple(r.type for r in op.results))
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
 
 
 def _located(own: ir.Location | None, site: ir.Location | None) -> ir.Location | None:
