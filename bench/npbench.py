@@ -38,7 +38,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness import blas_kernels, interleaved, thread_environment
+from harness import blas_kernels, interleaved, machine, thread_environment
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 FRAMEWORKS = ("numpy", "xla", "hlo2dace", "dace")
@@ -300,7 +300,7 @@ def write(rows: list[dict], command: str) -> None:
         "at the dtype's tolerance, with the largest normwise error; DaCe's outputs are checked",
         "against NumPy's (\"wrong\": a normwise difference above 1e-5, NPBench's bound, and",
         "left out of the DaCe geomean). x64 on.",
-        f"Machine: {os.cpu_count()} cores; load average at the end "
+        f"Machine: {machine()}; load average at the end "
         f"{os.getloadavg()[0]:.1f}; {blas_kernels()}. hlo2dace's optimisation level: "
         f"`{os.environ.get('HLO2DACE_OPTIMIZE') or 'default'}`.",
         "",

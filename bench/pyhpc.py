@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness import blas_kernels, interleaved, thread_environment
+from harness import blas_kernels, interleaved, machine, thread_environment
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 BENCHMARKS = {  # name -> (module prefix, JAX entry point)
@@ -116,7 +116,7 @@ def write(rows: list[dict]) -> None:
         "dionhaefner/pyhpc-benchmarks; do not edit. float64, median call times in ms measured",
         "in the same run; ratio = hlo2dace / XLA (below 1: hlo2dace is faster). `first call`: the",
         "first `hlo2dace.jit` call with an empty cache (translation, optimisation, C++ build).",
-        f"Machine: {os.cpu_count()} cores; load average at the end "
+        f"Machine: {machine()}; load average at the end "
         f"{os.getloadavg()[0]:.1f}; {blas_kernels()}. hlo2dace's optimisation level: "
         f"`{os.environ.get('HLO2DACE_OPTIMIZE') or 'default'}`.",
         "",

@@ -21,6 +21,7 @@ import kernels
 import loops
 import numpy as np
 import reductions
+from harness import machine
 
 import hlo2dace
 from hlo2dace.compare import keep_freed_memory, median_seconds
@@ -177,7 +178,7 @@ def write_report(results, build_s, load_s, args) -> None:
         "`jax.Array`; `Compiled` is the compiled module called with NumPy arrays directly.",
         "Speed-up: XLA's time over `hlo2dace.jit`'s (above 1: hlo2dace is faster).",
         "",
-        f"Machine: {platform.machine()}, {os.cpu_count()} cores, {platform.python_version()}, "
+        f"Machine: {platform.machine()}, {machine()}, Python {platform.python_version()}, "
         f"jax {jax.__version__}, {time.strftime('%Y-%m-%d')}, load average "
         f"{os.getloadavg()[0]:.1f} at the end (above 0 means other processes shared the "
         "cores: times are noisy)" + (", --quick sizes" if args.quick else ""),
