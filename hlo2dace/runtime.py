@@ -124,10 +124,9 @@ class TensorSpec:
 def cache_key(*parts: str) -> str:
     """The key of a binary made from ``parts`` (the module, the options, the flags) on this
     machine: with this runtime, DaCe version, compiler and CPU (``-march=native`` code
-    need not run on another CPU of a shared cache folder), and the threads it is built
-    for, read at every call as the translation reads them (``optimize.shared_threads``)."""
+    need not run on another CPU of a shared cache folder)."""
     digest = hashlib.sha256()
-    for part in (RUNTIME_VERSION, *machine(), f"threads={shared_threads()}", *parts):
+    for part in (RUNTIME_VERSION, *machine(), *parts):
         digest.update(part.encode())
         digest.update(b"\0")
     return digest.hexdigest()[:32]
@@ -137,7 +136,8 @@ def cache_key(*parts: str) -> str:
 def machine() -> tuple[str, ...]:
     """What besides the module and the flags decides the binary: DaCe's version, the CPU
     (model and instruction-set flags, as DaCe keys its own build caches), the C++ compiler
-    (path and version), DaCe's compiler and linker settings."""
+    (path and version), DaCe's compiler and linker settings, and the threads that code
+    whose partition is fixed when it is built shares its work among."""
     import dace
     from dace.codegen import compiler, compiler_family
 
@@ -153,7 +153,7 @@ def machine() -> tuple[str, ...]:
         ("compiler", "cpu", "openmp_sections"), ("compiler", "linker", "executable"),
         ("compiler", "linker", "args"))]
     return (dace.__version__, compiler.host_isa_id(), shutil.which(executable) or executable,
-            version, json.dumps(settings))
+            version, json.dumps(settings), f"threads={shared_threads()}")
 
 
 class ThreadTuner:

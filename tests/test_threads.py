@@ -51,25 +51,6 @@ def test_tuner_only_where_threads_can_help():
     assert large.program.threads.settings == runtime.thread_tuner(True).settings
 
 
-def test_a_program_built_for_one_thread_has_no_parallel_regions(monkeypatch):
-    """With one thread (``OMP_NUM_THREADS=1``, or one CPU) every map and product is a
-    plain loop, so GCC sees the arrays' ``restrict`` and no OpenMP region is entered: the
-    same bits as the program built for all threads, a binary of its own in the cache."""
-    x = np.random.default_rng(2).standard_normal((300, 400))
-
-    def f(x):
-        return jnp.sin(x) * 2.0 + x.sum(axis=0), x @ x.T
-
-    everyone = hlo2dace.jit(f).lower(x).compile()
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    alone = hlo2dace.jit(f).lower(x).compile()
-    assert not runtime.has_parallel_regions(hlo2dace.jit(f).lower(x).as_sdfg())
-    assert alone.program.threads is None
-    assert alone.folder != everyone.folder or runtime.thread_tuner(True) is None
-    for a, b in zip(everyone(x), alone(x)):
-        assert np.array_equal(np.asarray(a), np.asarray(b))
-
-
 def test_results_do_not_depend_on_the_thread_count():
     """Chunked sums, row reductions and elementwise maps partition their work when they
     are compiled, never by the number of threads: the same bits from every call, whichever
@@ -99,11 +80,8 @@ def test_short_leading_dimensions_are_shared_out(shape):
     setting."""
     import dace
 
-    from hlo2dace.optimize import shared_threads
     from hlo2dace.translate import emitter
 
-    if shared_threads() == 1:
-        pytest.skip("built for one thread: no parallel maps to share out")
     x = np.random.default_rng(1).standard_normal(shape)
 
     def f(x):

@@ -30,7 +30,6 @@ import numpy as np
 from .. import ir, symbolic
 from ..cpp_split import INDEPENDENT_ITERATIONS
 from ..errors import UnsupportedError
-from ..optimize import shared_threads
 from . import dtypes
 from .bindings import Array, Literal, View, dace_shape, map_params
 from .literals import literal
@@ -58,13 +57,7 @@ OP_COMMENT = "// op "
 
 
 def schedule_for(shape: Sequence[int], work_per_element: int = 1) -> dace.ScheduleType:
-    """The schedule of a map over ``shape``: parallel only when the work pays for it, and
-    never in a program built for one thread (``optimize.shared_threads``, part of the cache
-    key): there a parallel region only costs, its entry and, worse, the function OpenMP
-    outlines, where GCC no longer knows that the arrays do not overlap (NPBench's heat_3d
-    at S on one CPU: 8.7 us per stencil, 6.0 as a plain loop)."""
-    if shared_threads() == 1:
-        return dace.ScheduleType.Sequential
+    """The schedule of a map over ``shape``: parallel only when the work pays for it."""
     if any(not isinstance(n, (int, np.integer)) for n in (*shape, work_per_element)):
         return dace.ScheduleType.Default  # symbolic sizes: large enough, as a rule
     work = int(np.prod(shape, dtype=np.int64)) * max(1, work_per_element)

@@ -851,10 +851,9 @@ def _complex_product(b: Builder, op: ir.Op, product: _Product, compute: ElementT
 @contextlib.contextmanager
 def _rows_loop(code: Writer, batch: Sequence[int], rows: int, m: int, work: int):
     """The loop over the result's rows (batch x M) of a product's loop nest, parallel when
-    ``work`` multiply-adds pay for it and the program is built for more than one thread
-    (``emitter.schedule_for``), with the row's batch indices ``__b0, ...`` and its
+    ``work`` multiply-adds pay for it, with the row's batch indices ``__b0, ...`` and its
     index ``__m`` within the batch element."""
-    if work > PARALLEL_PRODUCT_WORK and shared_threads() > 1:
+    if work > PARALLEL_PRODUCT_WORK:
         code.line("#pragma omp parallel for schedule(static)")
     with code.loops(Loop("__r", "0", f"{rows}LL"), scalar=True):
         code.line(f"int64_t __t = __r / {m}LL;")
