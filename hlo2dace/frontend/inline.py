@@ -108,10 +108,11 @@ class _Inliner:
                 calls[key] = tuple(names[result.name] for result in op.results)
 
     def effect_free(self, function: ir.Function) -> bool:
-        """Whether ``function`` and every function it calls hold no op of ``EFFECTS``."""
+        """Whether ``function`` and every function it calls hold no op of ``EFFECTS`` (a
+        declaration without a body may have any)."""
         if function.name not in self.pure:
             self.pure[function.name] = False  # while it is looked at: a recursion is not
-            self.pure[function.name] = all(
+            self.pure[function.name] = bool(function.body.blocks) and all(
                 inner.name not in EFFECTS and (
                     inner.name not in CALLS or (callee := self.target(inner)) is not None
                     and self.effect_free(callee))
