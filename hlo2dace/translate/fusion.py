@@ -372,6 +372,8 @@ class _Code:
     names: dict = field(default_factory=dict)
     #: the connector of each element read through a memlet, read once for all its readers
     reads: dict = field(default_factory=dict)
+    #: the range of the innermost index the map covers (None: all of it)
+    within: tuple[int, int] | None = None
 
 
 def _emit_map(emit: Emitter, cluster: ElementwiseCluster, outputs: dict,
@@ -384,13 +386,6 @@ def _emit_map(emit: Emitter, cluster: ElementwiseCluster, outputs: dict,
     compiler sees the same expressions either way."""
     shape = cluster.shape
     rank = len(shape)
-    state = emit.state
-    if rank:
-        entry, exit_ = state.add_map(emit.fresh("fused"), {p: f"0:{n}" for p, n in
-                                                           zip(map_params(rank), shape)},
-                                     schedule=schedule_for(shape, len(cluster.members)))
-    else:
-        entry = exit_ = None
     # the members an output needs (others are read only through recomputed views), and
     # their values read by members, also under another name (a func.call's result)
     def in_cluster(binding) -> bool:
@@ -413,7 +408,59 @@ def _emit_map(emit: Emitter, cluster: ElementwiseCluster, outputs: dict,
                 binding = scope.env.get(v.name)
                 if in_cluster(binding):
                     live.add(binding.key)
-    code, out_conns, out_edges, debuginfo = _Code(), {}, [], None
+    for within in _innermost_intervals(cluster):
+        _emit_interval(emit, cluster, outputs, resolve, live, contractions, within)
+
+
+def _innermost_intervals(cluster: ElementwiseCluster) -> list[tuple[int, int] | None]:
+    """The ranges of the innermost index over which the cluster's map is split: one per
+    run of elements that every concatenation along that dimension the cluster reads
+    takes from the same part (``jnp.roll``, ``jnp.concatenate(..., axis=-1)``). Within
+    one, each element is read from its part at an affine index, without the select and
+    the clamped index of ``_read_pieces``, which kept GCC from vectorising the loop (a
+    periodic 512x512 stencil: 3.3 ns an element). ``[None]``: not split."""
+    rank = len(cluster.shape)
+    if not rank or not isinstance(cluster.shape[-1], (int, np.integer)):
+        return [None]
+    cuts = {0, int(cluster.shape[-1])}
+    for op, scope in cluster.members:
+        for v in op.operands:
+            binding = scope.env.get(v.name)
+            if isinstance(binding, Pieces) and not binding.materialised \
+                    and binding.dimension == rank - 1:
+                ends = [end for _, end in binding.extents()]
+                if not all(isinstance(end, (int, np.integer)) for end in ends):
+                    return [None]
+                cuts.update(int(end) for end in ends)
+    if len(cuts) == 2 or len(cuts) > MOST_INTERVALS + 1:
+        return [None]
+    cuts = sorted(cuts)
+    return list(zip(cuts, cuts[1:]))
+
+
+#: the most maps a cluster's map is split into along its innermost dimension
+MOST_INTERVALS = 8
+
+
+def _emit_interval(emit: Emitter, cluster: ElementwiseCluster, outputs: dict,
+                   resolve: Resolve, live: set, contractions: dict,
+                   within: tuple[int, int] | None) -> None:
+    """The map of ``_emit_map`` over the elements whose innermost index lies in
+    ``within`` (None: all)."""
+    shape = cluster.shape
+    rank = len(shape)
+    state = emit.state
+    if rank:
+        ranges = [f"0:{n}" for n in shape]
+        extent = list(shape)
+        if within is not None:
+            ranges[-1] = f"{within[0]}:{within[1]}"
+            extent[-1] = within[1] - within[0]
+        entry, exit_ = state.add_map(emit.fresh("fused"), dict(zip(map_params(rank), ranges)),
+                                     schedule=schedule_for(extent, len(cluster.members)))
+    else:
+        entry = exit_ = None
+    code, out_conns, out_edges, debuginfo = _Code(within=within), {}, [], None
     for index, (op, scope) in enumerate(cluster.members):
         key = (id(scope), op.results[0].name)
         if key not in live:
@@ -478,7 +525,8 @@ def _member_operand(emit: Emitter, cluster: ElementwiseCluster, binding: Binding
         return code.names[binding.key]
     rank = len(cluster.shape)
     if isinstance(binding, Pieces) and not binding.materialised:
-        return _read_pieces(emit, binding, conn, element, rank, code.in_conns, code.in_edges)
+        return _read_pieces(emit, binding, conn, element, rank, code.in_conns, code.in_edges,
+                            code.within if binding.dimension == rank - 1 else None)
     if isinstance(binding, (PendingView, Gathered, Reshaped)):
         recompute = Recompute(emit, resolve, cluster, f"{conn}_", code.in_conns,
                               code.in_edges)
@@ -654,19 +702,25 @@ def emit_recomputed(emit: Emitter, binding, target: Array, resolve: Resolve) -> 
 
 
 def _read_pieces(emit: Emitter, pieces: Pieces, conn: str, element, rank: int,
-                 in_conns: dict, in_edges: list) -> str:
+                 in_conns: dict, in_edges: list, within: tuple[int, int] | None = None) -> str:
     """A concatenation read element by element: every part through a memlet at the
-    position clamped into it (always in bounds), the part the element falls in chosen."""
+    position clamped into it (always in bounds), the part the element falls in chosen;
+    where the index along its dimension lies ``within`` one part, only that part."""
     dimension = pieces.dimension
     here = f"__i{dimension}"
     choices = []
     for j, (part, (start, end)) in enumerate(zip(pieces.parts, pieces.extents())):
+        inside = within is not None and start <= within[0] and within[1] <= end
+        if within is not None and not inside:
+            continue
         if part.is_literal:
             choices.append(f"({literal(part.value, element)})")
             continue
-        position = f"max({here} - {start}, 0)" if start else here
-        if end < pieces.type.shape[dimension]:
-            position = f"min({position}, {end - start - 1})"
+        position = f"{here} - {start}" if start else here
+        if not inside:
+            position = f"max({position}, 0)" if start else position
+            if end < pieces.type.shape[dimension]:
+                position = f"min({position}, {end - start - 1})"
         point = map_params(rank)
         point[dimension] = position
         subset = ", ".join(part.subscripts(rank, point))
