@@ -11,8 +11,8 @@ passes can analyse; any other loop runs its condition region at the top of every
 iteration and leaves through a ``BreakBlock``. Each carried value lives in one array for
 the whole loop; a value the body passes through unchanged gets none. The body writes a new
 carried value straight into its array where that is safe (an elementwise update, or a
-``dynamic_update_slice`` or ``scatter`` into a carried tensor nothing else reads, also
-through calls). A large carried value that cannot be updated in place (a stencil) gets a
+``dynamic_update_slice``, ``scatter`` or inner loop into a carried tensor nothing else
+reads, also through calls). A large carried value that cannot be updated in place (a stencil) gets a
 second buffer in a counted loop, whose body is then emitted twice (from the first buffer
 into the second, and back) so nothing is copied; other new values are copied back at the
 end of the iteration.

@@ -384,8 +384,6 @@ def _emit_map(emit: Emitter, cluster: ElementwiseCluster, outputs: dict,
     read), and writing ``outputs`` through the map's exit. One tasklet, not one per op:
     DaCe's translation and code generation cost grows with the nodes of a state, and the
     compiler sees the same expressions either way."""
-    shape = cluster.shape
-    rank = len(shape)
     # the members an output needs (others are read only through recomputed views), and
     # their values read by members, also under another name (a func.call's result)
     def in_cluster(binding) -> bool:

@@ -84,11 +84,15 @@ def collect_uses(ops: Sequence[ir.Op]) -> dict[str, list[ir.Op]]:
     return uses
 
 
-def window_updates(op: ir.Op) -> dict[int, int]:
-    """{operand: result} for an op whose result is that operand with some elements
-    replaced (``dynamic_update_slice``, ``scatter``: its record's ``updates``)."""
-    updates = registry.record(op.name).updates
-    return updates(op) if updates is not None else {}
+def replacements(op: ir.Op) -> dict[int, int]:
+    """{operand: result} for an op whose result may be made in its operand's array: one
+    whose result is the operand with some elements replaced (``dynamic_update_slice``,
+    ``scatter``: its record's ``updates``), or a loop's carried value (the loop runs in
+    its initial value's array, ``control.py``)."""
+    record = registry.record(op.name)
+    if record.carries:
+        return {k: k for k in range(len(op.results))}
+    return record.updates(op) if record.updates is not None else {}
 
 
 def callee(module: ir.Module, op: ir.Op) -> ir.Function | None:
@@ -121,9 +125,7 @@ def updates_in_results(block: ir.Block, destinations: dict[str, str]) -> None:
             k is not None and written_whole(producer.operands[k]))
 
     for op in reversed(block.ops):
-        carried = {k: k for k in range(len(op.results))} \
-            if registry.record(op.name).carries else window_updates(op)
-        for k, j in carried.items():
+        for k, j in replacements(op).items():
             operand, target = op.operands[k], destinations.get(op.results[j].name)
             if (target is not None and operand.name in producers
                     and operand.name not in destinations and _last_use(block, operand, op)):
@@ -150,9 +152,10 @@ def updates_in_place(module: ir.Module, block: ir.Block, argument: ir.Value,
     while ``block`` runs, on the way to ``returned`` (last), or None: ``returned`` is
     made by an op that reads ``argument`` at the position it writes (an elementwise op,
     the argument's only use), or by a chain of ops that each replace a window of the
-    previous value (``window_updates``: ``x.at[0].set(a).at[1:].set(b)``), also through
-    calls, each the last use of its operand (a stencil reads the array, then updates its
-    interior). What the earlier uses leave to be read later (a view, a pending value) is
+    previous value (``x.at[0].set(a).at[1:].set(b)``) or carry it through a loop (a row
+    update, then a loop over its elements: ``replacements``), also
+    through calls, each the last use of its operand (a stencil reads the array, then
+    updates its interior). What the earlier uses leave to be read later (a view, a pending value) is
     checked when an update is translated (``Builder.claim_in_place``), which then writes
     a new array instead."""
     found = _in_place_chain(module, block, argument, returned)
@@ -174,8 +177,8 @@ def _in_place_chain(module: ir.Module, block: ir.Block, argument: ir.Value,
                                              for v in inner.operands)]
         return ("elementwise", [returned]) if users == [user] else None
     j = user.results.index(returned)
-    k = next((k for k, m in window_updates(user).items() if m == j), None)
-    if k is not None:  # a window update of operand k
+    k = next((k for k, m in replacements(user).items() if m == j), None)
+    if k is not None:  # a window update of operand k, or a loop that carries it
         operand = user.operands[k]
         if not _last_use(block, operand, user):
             return None
