@@ -75,7 +75,7 @@ def test_results_do_not_depend_on_the_thread_count():
 def test_short_leading_dimensions_are_shared_out(shape):
     """A parallel map whose first dimensions are short (one element: OpenMP would give the
     whole map to one thread) collapses its outer loops, never its innermost one, into one
-    of at least ``PARALLEL_ITERATIONS``; one whose innermost dimension is short runs as one
+    of at least ``parallel_iterations()``; one whose innermost dimension is short runs as one
     loop, which OpenMP shares out and GCC vectorises. XLA's results on every thread
     setting."""
     import dace
@@ -99,6 +99,6 @@ def test_short_leading_dimensions_are_shared_out(shape):
     assert sizes == ([int(np.prod(shape))] if shape[-1] < emitter.SHORT_ROW else list(shape))
     collapsed = int(np.prod(sizes[:the_map.collapse]))
     assert the_map.collapse < len(sizes) or len(sizes) == 1
-    assert collapsed >= emitter.PARALLEL_ITERATIONS or the_map.collapse >= len(sizes) - 1
-    assert the_map.collapse == 1 or np.prod(sizes[:the_map.collapse - 1]) < \
-        emitter.PARALLEL_ITERATIONS
+    wanted = emitter.parallel_iterations()
+    assert collapsed >= wanted or the_map.collapse >= len(sizes) - 1
+    assert the_map.collapse == 1 or np.prod(sizes[:the_map.collapse - 1]) < wanted

@@ -30,6 +30,7 @@ import numpy as np
 from .. import ir, symbolic
 from ..cpp_split import INDEPENDENT_ITERATIONS
 from ..errors import UnsupportedError
+from ..optimize import shared_threads
 from . import dtypes
 from .bindings import Array, Literal, View, dace_shape, map_params
 from .literals import literal
@@ -557,9 +558,16 @@ def _moved_range(index, param, param_range, params) -> tuple | None:
     return None
 
 
-#: a parallel map's outer loops are collapsed into one of at least this many iterations
-#: (``share_leading``), so that every core of a node gets some
-PARALLEL_ITERATIONS = 64
+#: a parallel map's outer loops are collapsed into one of at least this many iterations per
+#: thread the program shares work among (``share_leading``), so that every core gets some
+#: and none much more than another; no further: a collapsed loop recomputes its indices
+#: (NPBench's heat_3d, sweeps of 23x23x23, 9% slower on one thread collapsed to 529)
+ITERATIONS_PER_THREAD = 8
+
+
+def parallel_iterations() -> int:
+    """The iterations a parallel map's first loop needs (``ITERATIONS_PER_THREAD``)."""
+    return ITERATIONS_PER_THREAD * shared_threads()
 #: a map that reads or writes an array of at least this many bytes along another
 #: dimension than its innermost one (a transposition) runs in tiles (``tile_transposing``)
 TRANSPOSE_BYTES = 1 << 18
@@ -599,7 +607,7 @@ def collapse_short_rows(state: dace.SDFGState, entry: dace.nodes.MapEntry) -> No
     vectors and leaves the rest scalar, libm calls included: 2 of every 26 elements (8%)
     took as long as the 24 others. The innermost loop and the one around it become one,
     and the loops outside them too where a parallel map would keep fewer than
-    ``PARALLEL_ITERATIONS`` of them to share out. Their point becomes one parameter t, the
+    ``parallel_iterations()`` of them to share out. Their point becomes one parameter t, the
     index of each merged loop (t / p) % n for the points p of the loops inside it, which
     leaves t alone in the index of every array they move along contiguously. An array
     read any other way along them (a broadcast, a shifted row) is gathered, which GCC
@@ -618,7 +626,8 @@ def collapse_short_rows(state: dace.SDFGState, entry: dace.nodes.MapEntry) -> No
         return
     merged = 2
     parallel = the_map.schedule in (dace.ScheduleType.Default, dace.ScheduleType.CPU_Multicore)
-    while merged < len(sizes) and parallel and np.prod(sizes[:-merged]) < PARALLEL_ITERATIONS:
+    wanted = parallel_iterations()
+    while merged < len(sizes) and parallel and np.prod(sizes[:-merged]) < wanted:
         merged += 1
     params, merged_sizes = the_map.params[-merged:], sizes[-merged:]
     inner = {p: int(np.prod(merged_sizes[k + 1:])) for k, p in enumerate(params)}
@@ -672,7 +681,7 @@ def collapse_short_rows(state: dace.SDFGState, entry: dace.nodes.MapEntry) -> No
 
 def share_leading(the_map: dace.nodes.Map) -> None:
     """OpenMP shares out a parallel map's first loop only: where that loop is shorter
-    than ``PARALLEL_ITERATIONS`` (a leading dimension of one: the map ran on one thread),
+    than ``parallel_iterations()`` (a leading dimension of one: the map ran on one thread),
     the loops before the innermost one are collapsed into it until they are as long."""
     if the_map.schedule not in (dace.ScheduleType.Default, dace.ScheduleType.CPU_Multicore):
         return
@@ -680,7 +689,8 @@ def share_leading(the_map: dace.nodes.Map) -> None:
     if None in sizes:
         return
     count, iterations = 1, sizes[0] if sizes else 0
-    while iterations < PARALLEL_ITERATIONS and count < len(sizes) - 1:
+    wanted = parallel_iterations()
+    while iterations < wanted and count < len(sizes) - 1:
         iterations, count = iterations * sizes[count], count + 1
     if count > 1:
         the_map.collapse = count
