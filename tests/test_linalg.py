@@ -814,3 +814,44 @@ def test_programs_run_openblas_kernels_of_the_cpus_instruction_set():
                          env=dict(env, OPENBLAS_CORETYPE="Prescott"), timeout=600)
     assert ran.returncode == 0, ran.stderr[-4000:]
     assert json.loads(ran.stdout.splitlines()[-1])[::2] == ["Prescott", "Prescott"]
+
+
+#: two matrix-vector products of one matrix ``a`` (m x n) with vectors ``x``, ``z`` (n) and
+#: ``y`` (m), and whether they read it in one pass (``linalg._paired_matvecs``)
+MATRIX_VECTOR_PAIRS = {
+    "chained (atax)": (lambda a, x, z, y: (a @ x) @ a, True),
+    "independent (mvt)": (lambda a, x, z, y: (a @ x + 1.0, y @ a), True),
+    "columns first (bicg)": (lambda a, x, z, y: (y @ a, a @ x), True),
+    "a reversed vector": (lambda a, x, z, y: (lambda r: (a @ x, r @ a))(y[::-1]), True),
+    "two row products": (lambda a, x, z, y: (a @ x, a @ z), True),
+    "weights from the combined rows": (lambda a, x, z, y: a @ (y @ a), False),
+    "a vector computed in between": (lambda a, x, z, y: (a @ x, a @ jnp.sin(x)), False),
+}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=dtype_id)
+@pytest.mark.parametrize("case", sorted(MATRIX_VECTOR_PAIRS))
+@pytest.mark.parametrize("shape", [(900, 700), (31, 40)], ids=str)
+def test_matrix_vector_products_of_one_matrix_read_it_once(case, shape, dtype):
+    """NPBench's atax, mvt and bicg: two products of the same large matrix with a vector
+    each run as one pass over its rows (a block of rows read by both gemv calls in turn),
+    where the second's vector is known before the first or is the first's result; with
+    XLA's results up to the summation order. A small matrix (in the caches anyway) and
+    other dependences keep two products. The pass is shared out in blocks of rows fixed
+    when the program is compiled: the same bits whichever thread count the tuner tries."""
+    fun, paired = MATRIX_VECTOR_PAIRS[case]
+    m, n = shape
+    args = [operand(dtype, s, seed) for s, seed in (((m, n), 1), ((n,), 2), ((n,), 3),
+                                                     ((m,), 4))]
+    large = args[0].nbytes >= linalg.MATVEC_PASS_BYTES
+    sdfg = hlo2dace.jit(fun).lower(*args).as_sdfg()
+    passes = [n for n, _ in sdfg.all_nodes_recursive()
+              if isinstance(n, nodes.Tasklet) and n.label.startswith("matvecs")]
+    assert len(passes) == int(paired and large), passes
+    scale = 1e-12 if dtype == np.float64 else 1e-3
+    assert_matches_jax(fun, *args, rtol=RTOL[np.dtype(dtype)], atol=scale * np.sqrt(m + n))
+    compiled = hlo2dace.jit(fun).lower(*args).compile()
+    results = [jax.tree_util.tree_leaves(compiled(*args)) for _ in range(6)]
+    for other in results[1:]:
+        assert all(np.array_equal(np.asarray(a), np.asarray(b))
+                   for a, b in zip(results[0], other))

@@ -355,6 +355,12 @@ def _dot_general_shape(inference, op, operands, shapes, knowns, env):
 
 @register("stablehlo.dot_general", shape_rule=_dot_general_shape, whole_result=True)
 def dot_general(b: Builder, op: ir.Op) -> list[Binding]:
+    computed = b.scope.env.maps[0].get(op.result.name)
+    if computed is not None:  # by an earlier product's pass over the same matrix
+        return [computed]
+    paired = _paired_matvecs(b, op)
+    if paired is not None:
+        return [paired]
     lhs, rhs = op.operands
     numbers = op.attr("dot_dimension_numbers")
     fields = numbers.fields if isinstance(numbers, ir.StructAttr) else {}
@@ -624,6 +630,139 @@ def _blas_product(b: Builder, op: ir.Op, product: _Product,
         _sequential_map(b, "dot_result", op.result.type, {"__in": Element(out)},
                         f"__out = {stored('__in', accumulate, result)};",
                         {"__out": Element(target)})
+
+
+@dataclass(frozen=True)
+class _Matvec:
+    """A dot_general of a real matrix and a vector in one type: ``rows`` when it contracts
+    the matrix's rows with the vector (``A @ v``: one dot per row), else its columns
+    (``v @ A``: the rows combined with the vector's elements as weights)."""
+
+    op: ir.Op
+    matrix: ir.Value
+    vector: ir.Value
+    rows: bool
+
+    @classmethod
+    def of(cls, op: ir.Op) -> _Matvec | None:
+        if op.name != "stablehlo.dot_general":
+            return None
+        numbers = op.attr("dot_dimension_numbers")
+        fields = numbers.fields if isinstance(numbers, ir.StructAttr) else {}
+        lhs_contract = tuple(fields.get("lhs_contracting_dimensions", ()))
+        rhs_contract = tuple(fields.get("rhs_contracting_dimensions", ()))
+        lhs, rhs = op.operands
+        if (fields.get("lhs_batching_dimensions") or len(lhs_contract) != 1
+                or {lhs.type.element, rhs.type.element, op.result.type.element} not in
+                ({"f32"}, {"f64"}) or any(symbolic.is_symbolic(v.type)
+                                          for v in (lhs, rhs, op.result))):
+            return None
+        if (lhs.type.rank, rhs.type.rank) == (2, 1):
+            return cls(op, lhs, rhs, int(lhs_contract[0]) == 1)
+        if (lhs.type.rank, rhs.type.rank) == (1, 2):
+            return cls(op, rhs, lhs, int(rhs_contract[0]) == 1)
+        return None
+
+
+#: a row-major matrix of at least this many bytes that two matrix-vector products read
+#: is read once for both (``_paired_matvecs``); a smaller one stays in the caches
+MATVEC_PASS_BYTES = 1 << 21
+#: the rows that both products read in turn are about this many bytes (they stay in L2)
+MATVEC_BLOCK_BYTES = 1 << 19
+
+
+def _paired_matvecs(b: Builder, op: ir.Op) -> Array | None:
+    """``op``'s result, if ``op`` and a later product of the same block read the same
+    large row-major matrix with a vector each (NPBench's mvt: ``A @ y1`` and ``y2 @ A``,
+    bicg; atax's ``(A @ x) @ A``, whose second vector is the first product): both computed
+    in one pass over the matrix, block of rows by block of rows, each block read by both
+    gemv calls in turn while it is in L2, where two products read the matrix from memory
+    twice (XLA's way). The later product's result is bound now; its own turn takes it.
+    Its vector must be known already, or be ``op``'s result when ``op`` takes row dots and
+    the later one combines rows (each row's weight is then ready when the row is read)."""
+    first = _Matvec.of(op)
+    if first is None:
+        return None
+    matrix = _operand_in_place(b, first.matrix)
+    m, n = first.matrix.type.shape
+    element = dtypes.of(op.result.type)
+    if (matrix is None or matrix.strides != (n, 1) or matrix.element.element != element.element
+            or m * n * element.numpy.itemsize < MATVEC_PASS_BYTES or max(m, n) > BLAS_INT_MAX):
+        return None
+    second = None
+    for later in b.scope.ops[b.scope.now + 1:]:
+        candidate = _Matvec.of(later)
+        if candidate is None or candidate.matrix.name != first.matrix.name:
+            continue
+        chained = candidate.vector.name == op.result.name
+        if (chained and first.rows and not candidate.rows) or (
+                not chained and b.scope.env.get(candidate.vector.name) is not None):
+            second = candidate
+            break
+    if second is None:
+        return None
+    from dace.libraries.blas.environments.openblas import OpenBLAS
+
+    products = (first, second)
+    targets = [b.allocate_result(p.op.result, whole=True) for p in products]
+    inputs, outputs = {"__a": Whole(matrix.array)}, {}
+    vectors = []  # per product: (pointer to its vector's first element, increment)
+    for k, product in enumerate(products):
+        outputs[f"__y{k}"] = Whole(targets[k])
+        if product.vector.name == op.result.name:
+            vectors.append(("__y0", 1))
+            continue
+        vector = _operand_in_place(b, product.vector)
+        increment = vector and _increment(vector.strides[0])
+        if increment is None or vector.element.element != element.element:
+            vector, increment = _copy(b, product.vector, [0], None), 1
+        inputs[f"__v{k}"] = Whole(vector.array)
+        vectors.append((f"__v{k} + {vector.offset}LL", increment))
+    rows_per_block = max(1, min(m, MATVEC_BLOCK_BYTES // (n * element.numpy.itemsize)))
+    blocks = -(-m // rows_per_block)
+    parts = max(1, min(shared_threads(), blocks))
+    prefix = BLAS_TYPES[element.element]
+    code = Writer()
+    with b.emit.at(second.op):
+        code.line(b.emit.origin())
+    for k, product in enumerate(products):
+        if not product.rows and parts > 1:  # the weighted rows of each part, summed after
+            partial = b.emit.add_array("matvec_part", ir.TensorType((parts - 1, n),
+                                                                    element.element))
+            outputs[f"__p{k}"] = Whole(partial)
+    code.line("#ifdef OPENBLAS_VERSION", "const int __blas_threads = openblas_get_num_threads();",
+              "openblas_set_num_threads(1);", "#endif")
+    if parts > 1:
+        code.line("#pragma omp parallel for schedule(static)")
+    with code.block(f"for (int __part = 0; __part < {parts}; ++__part)"):
+        code.line(f"const int64_t __first = {blocks}LL * __part / {parts} * {rows_per_block};",
+                  f"const int64_t __last = std::min<int64_t>({m}LL, {blocks}LL * (__part + 1) / "
+                  f"{parts} * {rows_per_block});")
+        with code.block(f"for (int64_t __r = __first; __r < __last; __r += {rows_per_block})"):
+            code.line(f"const int __rows = (int)std::min<int64_t>({rows_per_block}, "
+                      "__last - __r);",
+                      f"const {element.storage} * __block = __a + {matrix.offset}LL + __r * "
+                      f"{n}LL;")
+            for k, (product, (vector, increment)) in enumerate(zip(products, vectors)):
+                if product.rows:
+                    code.line(f"cblas_{prefix}gemv(CblasRowMajor, CblasNoTrans, __rows, {n}, "
+                              f"1, __block, {n}, {vector}, {increment}, 0, __y{k} + __r, 1);")
+                else:
+                    total = f"(__part == 0 ? __y{k} : __p{k} + (__part - 1) * {n}LL)" \
+                        if parts > 1 else f"__y{k}"
+                    code.line(f"cblas_{prefix}gemv(CblasRowMajor, CblasTrans, __rows, {n}, "
+                              f"1, __block, {n}, {vector} + __r * {increment}LL, {increment}, "
+                              f"__r == __first ? 0 : 1, {total}, 1);")
+    for k, product in enumerate(products):
+        if not product.rows and parts > 1:
+            with code.block(f"for (int __part = 1; __part < {parts}; ++__part)"):
+                code.line(f"cblas_{prefix}axpy({n}, 1, __p{k} + (__part - 1) * {n}LL, 1, "
+                          f"__y{k}, 1);")
+    code.line("#ifdef OPENBLAS_VERSION", "openblas_set_num_threads(__blas_threads);", "#endif")
+    b.emit.map("matvecs", (), code.text(), inputs, outputs,
+               environments=[OpenBLAS.full_class_path()])
+    b.scope.env[second.op.result.name] = targets[1]
+    return targets[0]
 
 
 def _skinny_gemm(code: Writer, m: int, n: int, parts: int, a: tuple[bool, int],
