@@ -855,3 +855,16 @@ def test_matrix_vector_products_of_one_matrix_read_it_once(case, shape, dtype):
     for other in results[1:]:
         assert all(np.array_equal(np.asarray(a), np.asarray(b))
                    for a, b in zip(results[0], other))
+
+
+def test_matrix_vector_pairs_without_openblas(monkeypatch, tmp_path):
+    """Without OpenBLAS two products of one large matrix are two loop nests."""
+    monkeypatch.setattr(linalg, "blas_implementation", lambda: "pure")
+    monkeypatch.setenv("HLO2DACE_CACHE_DIR", str(tmp_path))
+    fun = MATRIX_VECTOR_PAIRS["chained (atax)"][0]
+    args = [operand(np.float64, s, seed) for s, seed in (((700, 600), 1), ((600,), 2),
+                                                          ((600,), 3), ((700,), 4))]
+    assert args[0].nbytes >= linalg.MATVEC_PASS_BYTES
+    assert not [t for t in _tasklets(fun, *args) if "cblas_" in t.code.as_string
+                or t.label.startswith("matvecs")]
+    assert_matches_jax(fun, *args, rtol=1e-13, atol=1e-11)

@@ -687,7 +687,8 @@ def _paired_matvecs(b: Builder, op: ir.Op) -> Array | None:
     m, n = first.matrix.type.shape
     element = dtypes.of(op.result.type)
     if (matrix is None or matrix.strides != (n, 1) or matrix.element.element != element.element
-            or m * n * element.numpy.itemsize < MATVEC_PASS_BYTES or max(m, n) > BLAS_INT_MAX):
+            or m * n * element.numpy.itemsize < MATVEC_PASS_BYTES or min(m, n) < 2
+            or max(m, n) > BLAS_INT_MAX or blas_implementation() != "OpenBLAS"):
         return None
     second = None
     for later in b.scope.ops[b.scope.now + 1:]:
