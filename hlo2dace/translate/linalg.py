@@ -683,11 +683,9 @@ def _paired_matvecs(b: Builder, op: ir.Op) -> Array | None:
     first = _Matvec.of(op)
     if first is None:
         return None
-    matrix = _operand_in_place(b, first.matrix)
     m, n = first.matrix.type.shape
     element = dtypes.of(op.result.type)
-    if (matrix is None or matrix.strides != (n, 1) or matrix.element.element != element.element
-            or m * n * element.numpy.itemsize < MATVEC_PASS_BYTES or min(m, n) < 2
+    if (m * n * element.numpy.itemsize < MATVEC_PASS_BYTES or min(m, n) < 2
             or max(m, n) > BLAS_INT_MAX or blas_implementation() != "OpenBLAS"):
         return None
     second = None
@@ -700,7 +698,9 @@ def _paired_matvecs(b: Builder, op: ir.Op) -> Array | None:
                 not chained and b.scope.env.get(candidate.vector.name) is not None):
             second = candidate
             break
-    if second is None:
+    # read only now: a pending matrix is written (where one product would fold a scale)
+    matrix = _operand_in_place(b, first.matrix) if second is not None else None
+    if matrix is None or matrix.strides != (n, 1) or matrix.element.element != element.element:
         return None
     from dace.libraries.blas.environments.openblas import OpenBLAS
 
