@@ -353,6 +353,15 @@ def _dot_general_shape(inference, op, operands, shapes, knowns, env):
     return [tuple(batch + free_l + free_r)]
 
 
+def _dimension_numbers(op: ir.Op) -> tuple[dict, tuple[tuple[int, ...], ...]]:
+    """A dot_general's dimension numbers (its attribute's fields) and its lhs and rhs
+    batching dimensions, then its lhs and rhs contracting dimensions."""
+    numbers = op.attr("dot_dimension_numbers")
+    fields = numbers.fields if isinstance(numbers, ir.StructAttr) else {}
+    return fields, tuple(tuple(int(d) for d in fields.get(f"{side}_{kind}_dimensions", ()))
+                         for kind in ("batching", "contracting") for side in ("lhs", "rhs"))
+
+
 @register("stablehlo.dot_general", shape_rule=_dot_general_shape, whole_result=True)
 def dot_general(b: Builder, op: ir.Op) -> list[Binding]:
     computed = b.scope.env.maps[0].get(op.result.name)
@@ -362,11 +371,7 @@ def dot_general(b: Builder, op: ir.Op) -> list[Binding]:
     if paired is not None:
         return [paired]
     lhs, rhs = op.operands
-    numbers = op.attr("dot_dimension_numbers")
-    fields = numbers.fields if isinstance(numbers, ir.StructAttr) else {}
-    lhs_batch, rhs_batch, lhs_contract, rhs_contract = (
-        tuple(int(d) for d in fields.get(f"{side}_{kind}_dimensions", ()))
-        for kind in ("batching", "contracting") for side in ("lhs", "rhs"))
+    fields, (lhs_batch, rhs_batch, lhs_contract, rhs_contract) = _dimension_numbers(op)
     if len(lhs_batch) != len(rhs_batch) or len(lhs_contract) != len(rhs_contract):
         raise b.unsupported(f"dimension numbers {dict(fields)} pair unequal numbers of "
                             "dimensions")
@@ -647,20 +652,17 @@ class _Matvec:
     def of(cls, op: ir.Op) -> _Matvec | None:
         if op.name != "stablehlo.dot_general":
             return None
-        numbers = op.attr("dot_dimension_numbers")
-        fields = numbers.fields if isinstance(numbers, ir.StructAttr) else {}
-        lhs_contract = tuple(fields.get("lhs_contracting_dimensions", ()))
-        rhs_contract = tuple(fields.get("rhs_contracting_dimensions", ()))
+        _, (lhs_batch, _, lhs_contract, rhs_contract) = _dimension_numbers(op)
         lhs, rhs = op.operands
-        if (fields.get("lhs_batching_dimensions") or len(lhs_contract) != 1
+        if (lhs_batch or len(lhs_contract) != 1
                 or {lhs.type.element, rhs.type.element, op.result.type.element} not in
                 ({"f32"}, {"f64"}) or any(symbolic.is_symbolic(v.type)
                                           for v in (lhs, rhs, op.result))):
             return None
         if (lhs.type.rank, rhs.type.rank) == (2, 1):
-            return cls(op, lhs, rhs, int(lhs_contract[0]) == 1)
+            return cls(op, lhs, rhs, lhs_contract[0] == 1)
         if (lhs.type.rank, rhs.type.rank) == (1, 2):
-            return cls(op, rhs, lhs, int(rhs_contract[0]) == 1)
+            return cls(op, rhs, lhs, rhs_contract[0] == 1)
         return None
 
 
