@@ -918,6 +918,42 @@ def test_divisions_by_broadcasts_and_constants_round_as_xla_s(dtype):
     assert_matches_jax(divisions, x, y, row, scalar)
 
 
+DIVISION_CHAINS = {
+    "(a / b) / c": lambda a, b, c, d, s: (a / b) / c,
+    "a / (b / c)": lambda a, b, c, d, s: a / (b / c),
+    "(a / b) / (c / d)": lambda a, b, c, d, s: (a / b) / (c / d),
+    "((a / b) / c) / d": lambda a, b, c, d, s: ((a / b) / c) / d,
+    "a / (b / (c / d))": lambda a, b, c, d, s: a / (b / (c / d)),
+    "(a / 3) / b": lambda a, b, c, d, s: (a / 3.0) / b,
+    "(a / b) / 3": lambda a, b, c, d, s: (a / b) / 3.0,
+    "3 / (a / b)": lambda a, b, c, d, s: 3.0 / (a / b),
+    "(a / b) / s": lambda a, b, c, d, s: (a / b) / s,
+    "s / (a / b)": lambda a, b, c, d, s: s / (a / b),
+    "(a / b) / c, a / b": lambda a, b, c, d, s: ((a / b) / c, a / b),
+}
+
+
+@pytest.mark.parametrize("dtype", [*FLOAT_DTYPES, *COMPLEX_DTYPES], ids=dtype_id)
+def test_chains_of_divisions_round_as_xla_s(dtype):
+    """Bit for bit, special values too: XLA regroups a division of or by a division into
+    one division of products (``frontend/xla_rewrites.py``; not for bf16), which rounds
+    otherwise (a third of f64 elements, nine tenths of complex ones) and divides less."""
+    rng = np.random.default_rng(13)
+    special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e30, 1e-30, 7.0])
+    args = []
+    for k in range(4):
+        x = rng.uniform(0.5, 2.0, 96) * 10.0 ** rng.integers(-2, 3, 96)
+        x[k::12][:len(special)] = special  # every pairing of special values
+        x = x * (1 + 1j * (k + 1) / 4) if np.dtype(dtype).kind == "c" else x
+        with np.errstate(over="ignore"):  # 1e30 is inf in f16
+            args.append(np.asarray(x).astype(dtype))
+
+    def chains(a, b, c, d, s):
+        return {name: f(a, b, c, d, s) for name, f in DIVISION_CHAINS.items()}
+
+    assert_matches_jax(chains, *args, dtype(1.7))
+
+
 PRODUCTS_OF_SCALARS = {
     "(x * 2.5) * 0.37": lambda x, s: (x * 2.5) * 0.37,
     "(x * 2.5) * s * 1.3": lambda x, s: (x * 2.5) * s * 1.3,

@@ -9,6 +9,11 @@ differently. Measured against jax.jit:
   is not a constant only where nothing else reads its broadcast) and ``A / C`` is
   ``A * (1 / C)`` (C a constant, A not) for f16, f32, f64 and complex numbers (bf16
   divides). ``y / 3.0`` differs from ``y * (1/3)`` in a third of the elements.
+* **Chains of divisions are regrouped** into one: ``(A / B) / (C / D)`` is
+  ``(A * D) / (B * C)``, ``(A / B) / C`` is ``A / (B * C)`` and ``A / (B / C)`` is
+  ``(A * C) / B`` (the same types), whatever else reads the inner division; a division
+  by a constant is a product first. ``(a / b) / c`` differed from XLA's in a third of the
+  elements (f64) and in nine tenths (complex).
 * **Products of broadcast scalars are taken first**: ``(A * c) * s``, with ``c`` a
   broadcast scalar constant and ``s`` any broadcast scalar (a scalar reshaped to one
   element first too, as ``jnp.linspace`` has it), in any operand order, is
@@ -52,7 +57,7 @@ def _block(block: ir.Block) -> ir.Block:
     for op in block.ops:
         if op.regions:
             op = dataclasses.replace(op, regions=tuple(_region(r) for r in op.regions))
-        rewritten = _reciprocal(op, producers, readers) or [op]
+        rewritten = _reciprocal(op, producers, readers) or _regrouped(op, producers) or [op]
         for new in rewritten[:-1]:
             _add(new, ops, producers)
         for new in _reassociated(rewritten[-1], producers) or rewritten[-1:]:
@@ -99,6 +104,37 @@ def _reciprocal(op: ir.Op, producers: dict[str, ir.Op], readers: Counter
                           (ir.Value(name, base.type),), location=op.location)]
     spread = _rebroadcast(source, inverse[-1].result, f"{name}_broadcast")
     return [*inverse, spread, _binary("stablehlo.multiply", op, numerator, spread.result)]
+
+
+def _regrouped(op: ir.Op, producers: dict[str, ir.Op]) -> list[ir.Op] | None:
+    """The ops that compute ``op`` as XLA does, if it is a division of or by a division
+    (XLA's rewrites in this order of preference; its inner divisions are rewritten
+    first, as they come first in the block)."""
+    t = op.results[0].type if len(op.results) == 1 else None
+    if op.name != "stablehlo.divide" or not isinstance(t, ir.TensorType) \
+            or t.element not in RECIPROCAL_TYPES:
+        return None
+    inner = [producers.get(v.name) for v in op.operands]
+    over = [o if o is not None and o.name == "stablehlo.divide" else None for o in inner]
+    name = op.result.name
+
+    def product(role: str, lhs: ir.Value, rhs: ir.Value) -> ir.Op:
+        return ir.Op("stablehlo.multiply", (lhs, rhs), (ir.Value(f"{name}_{role}", t),),
+                     location=op.location)
+
+    if over[0] is not None and over[1] is not None:  # (A / B) / (C / D)
+        (a, b), (c, d) = over[0].operands, over[1].operands
+        top, bottom = product("numerator", a, d), product("divisor", b, c)
+        return [top, bottom, _binary("stablehlo.divide", op, top.result, bottom.result)]
+    if over[0] is not None:  # (A / B) / C
+        (a, b), c = over[0].operands, op.operands[1]
+        bottom = product("divisor", b, c)
+        return [bottom, _binary("stablehlo.divide", op, a, bottom.result)]
+    if over[1] is not None:  # A / (B / C)
+        a, (b, c) = op.operands[0], over[1].operands
+        top = product("numerator", a, c)
+        return [top, _binary("stablehlo.divide", op, top.result, b)]
+    return None
 
 
 def _reassociated(op: ir.Op, producers: dict[str, ir.Op]) -> list[ir.Op] | None:
