@@ -954,6 +954,60 @@ def test_chains_of_divisions_round_as_xla_s(dtype):
     assert_matches_jax(chains, *args, dtype(1.7))
 
 
+#: divisions by functions that XLA turns into products; those by an exponential only where
+#: hlo2dace's exp is XLA's own (f64: ``h2d::xla_exp``), else libmvec's
+FUNCTION_DIVISORS = {
+    "a / rsqrt(b)": lambda a, b, c: a / lax.rsqrt(b),
+    "a / rsqrt(b), rsqrt(b)": lambda a, b, c: (a / lax.rsqrt(b), lax.rsqrt(b)),
+}
+EXPONENTIAL_DIVISORS = {
+    "a / exp(b)": lambda a, b, c: a / jnp.exp(b),
+    "a / exp(b), exp(b)": lambda a, b, c: (a / jnp.exp(b), jnp.exp(b)),
+    "exp(a) / exp(b)": lambda a, b, c: jnp.exp(a) / jnp.exp(b),
+    "(a / exp(b)) / c": lambda a, b, c: (a / jnp.exp(b)) / c,
+    "a / (exp(b) / c)": lambda a, b, c: a / (jnp.exp(b) / c),  # regrouped, then a product
+}
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64], ids=dtype_id)
+def test_divisions_by_functions_round_as_xla_s(dtype):
+    """Bit for bit: XLA divides by no exponential or reciprocal square root
+    (``A / exp(B)`` is ``A * exp(-B)``, ``exp(A) / exp(B)`` is ``exp(A - B)``,
+    ``A / rsqrt(B)`` is ``A * sqrt(B)``), whatever else reads the divisor."""
+    rng = np.random.default_rng(17)
+    a, b, c = (rng.uniform(-3.0, 3.0, 200).astype(dtype) for _ in range(3))
+    b = np.abs(b)
+    b[:4] = [0.0, np.inf, 1e-30, 700.0]
+    cases = {**FUNCTION_DIVISORS, **(EXPONENTIAL_DIVISORS if dtype == np.float64 else {})}
+
+    def divisions(a, b, c):
+        return {name: f(a, b, c) for name, f in cases.items()}
+
+    # XLA's own rsqrt is not correctly rounded: 1 ULP from 1 / sqrt in a third of elements
+    with np.errstate(over="ignore", under="ignore"):
+        assert_matches_jax(divisions, a, b, c,
+                           tolerances={"['a / rsqrt(b), rsqrt(b)'][1]": 1})
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.complex64], ids=dtype_id)
+def test_divisions_by_powers_are_products_as_xla_s(dtype):
+    """``A / pow(B, C)`` is ``A * pow(B, -C)`` in XLA; hlo2dace's ``pow`` rounds otherwise
+    than XLA's, so the rewrite is checked on the module, the values within pow's error."""
+    a, b, c = (np.linspace(0.5, 2.0, 64).astype(dtype) + k for k in range(3))
+
+    def f(a, b, c):
+        return a / jnp.power(b, c)
+
+    ops = hlo2dace.jit(f).lower(a, b, c).main.body.blocks[0].ops
+    producers = {result.name: op for op in ops for result in op.results}
+    assert "stablehlo.divide" not in [op.name for op in ops]
+    (product,) = [op for op in ops if op.name == "stablehlo.multiply"]
+    power = producers[product.operands[1].name]
+    assert power.name == "stablehlo.power"
+    assert producers[power.operands[1].name].name == "stablehlo.negate"
+    assert_matches_jax(f, a, b, c, rtol=1e-5)
+
+
 PRODUCTS_OF_SCALARS = {
     "(x * 2.5) * 0.37": lambda x, s: (x * 2.5) * 0.37,
     "(x * 2.5) * s * 1.3": lambda x, s: (x * 2.5) * s * 1.3,

@@ -9,6 +9,12 @@ differently. Measured against jax.jit:
   is not a constant only where nothing else reads its broadcast) and ``A / C`` is
   ``A * (1 / C)`` (C a constant, A not) for f16, f32, f64 and complex numbers (bf16
   divides). ``y / 3.0`` differs from ``y * (1/3)`` in a third of the elements.
+* **Divisions by an exponential, a power or a reciprocal square root** are products:
+  ``exp(A) / exp(B)`` is ``exp(A - B)`` and ``A / exp(B)`` is ``A * exp(-B)`` (real
+  types: XLA expands a complex ``exp`` first), ``A / pow(B, C)`` is ``A * pow(B, -C)``
+  and ``A / rsqrt(B)`` is ``A * sqrt(B)``, whatever else reads the divisor. (XLA turns
+  ``A / sqrt(B)`` into ``A * rsqrt(B)`` only sometimes, and its ``rsqrt`` rounds
+  otherwise than ``1 / sqrt``: not reproduced.)
 * **Chains of divisions are regrouped** into one: ``(A / B) / (C / D)`` is
   ``(A * D) / (B * C)``, ``(A / B) / C`` is ``A / (B * C)`` and ``A / (B / C)`` is
   ``(A * C) / B`` (the same types), whatever else reads the inner division; a division
@@ -36,6 +42,9 @@ from .parser import element_dtype
 
 #: the element types whose divisions XLA rewrites
 RECIPROCAL_TYPES = ("f16", "f32", "f64", "complex<f32>", "complex<f64>")
+#: the element types whose divisions by an exponential XLA rewrites (it expands a complex
+#: ``exp`` before)
+EXPONENTIAL_TYPES = ("f16", "f32", "f64")
 #: the types whose products of broadcast scalars XLA reassociates
 REASSOCIATED_TYPES = ("f16", "f32", "f64")
 
@@ -57,10 +66,14 @@ def _block(block: ir.Block) -> ir.Block:
     for op in block.ops:
         if op.regions:
             op = dataclasses.replace(op, regions=tuple(_region(r) for r in op.regions))
-        rewritten = _reciprocal(op, producers, readers) or _regrouped(op, producers) or [op]
-        for new in rewritten[:-1]:
-            _add(new, ops, producers)
-        for new in _reassociated(rewritten[-1], producers) or rewritten[-1:]:
+        # each rewrite leaves a product, or a division whose operands are no divisions
+        # (those before it were rewritten already) and a product of them: the loop ends
+        while (rewritten := _divided_by_function(op, producers)
+               or _reciprocal(op, producers, readers) or _regrouped(op, producers)):
+            for new in rewritten[:-1]:
+                _add(new, ops, producers)
+            op = rewritten[-1]
+        for new in _reassociated(op, producers) or [op]:
             _add(new, ops, producers)
     return ir.Block(block.arguments, tuple(ops))
 
@@ -68,6 +81,49 @@ def _block(block: ir.Block) -> ir.Block:
 def _add(op: ir.Op, ops: list[ir.Op], producers: dict[str, ir.Op]) -> None:
     ops.append(op)
     producers.update((result.name, op) for result in op.results)
+
+
+def _divided_by_function(op: ir.Op, producers: dict[str, ir.Op]) -> list[ir.Op] | None:
+    """The ops that compute ``op`` as XLA does, if it is a division by an exponential, a
+    power or a reciprocal square root."""
+    t = op.results[0].type if len(op.results) == 1 else None
+    if op.name != "stablehlo.divide" or not isinstance(t, ir.TensorType) \
+            or t.element not in RECIPROCAL_TYPES:
+        return None
+    numerator, divisor = op.operands
+    top, bottom = producers.get(numerator.name), producers.get(divisor.name)
+    name = op.result.name
+
+    def unary(kind: str, of: ir.Value, suffix: str, like: ir.Op | None = None) -> ir.Op:
+        """``kind`` of ``of`` (with the attributes of ``like``) as value ``name_suffix``."""
+        return ir.Op(kind, (of,), (ir.Value(f"{name}_{suffix}", of.type),),
+                     like.attributes if like is not None else ir.freeze({}),
+                     location=op.location)
+
+    def times(factor: ir.Op) -> ir.Op:
+        return _binary("stablehlo.multiply", op, numerator, factor.result)
+
+    if bottom is None:
+        return None
+    if bottom.name == "stablehlo.exponential" and t.element in EXPONENTIAL_TYPES:
+        if top is not None and top.name == "stablehlo.exponential":  # exp(A) / exp(B)
+            difference = ir.Op("stablehlo.subtract", (top.operands[0], bottom.operands[0]),
+                               (ir.Value(f"{name}_difference", t),), location=op.location)
+            return [difference, dataclasses.replace(top, operands=(difference.result,),
+                                                    results=op.results, location=op.location)]
+        negated = unary("stablehlo.negate", bottom.operands[0], "negated")
+        exponential = unary("stablehlo.exponential", negated.result, "exponential", bottom)
+        return [negated, exponential, times(exponential)]
+    if bottom.name == "stablehlo.power":
+        base, exponent = bottom.operands
+        negated = unary("stablehlo.negate", exponent, "negated")
+        power = ir.Op("stablehlo.power", (base, negated.result),
+                      (ir.Value(f"{name}_power", t),), bottom.attributes, location=op.location)
+        return [negated, power, times(power)]
+    if bottom.name == "stablehlo.rsqrt":
+        root = unary("stablehlo.sqrt", bottom.operands[0], "sqrt", bottom)
+        return [root, times(root)]
+    return None
 
 
 def _reciprocal(op: ir.Op, producers: dict[str, ir.Op], readers: Counter
