@@ -428,6 +428,46 @@ def test_transposes_absorbed():
     assert sum("__out = __in" in c for c in code) == 2 and any("cblas_dgemm" in c for c in code)
 
 
+#: transposed products: (function of (a, b, c, d), whether the transposition folds into the
+#: product, its operands swapped)
+TRANSPOSED_PRODUCTS = {
+    # JAX's gradient of x @ w with respect to w
+    "dw": (lambda a, b, c, d: contract(b, a, (0,), (0,)).T * 2, True),
+    "batched": (lambda a, b, c, d: jnp.transpose(jnp.einsum("bij,bjk->bik", c, d),
+                                                 (0, 2, 1)) + 1, True),
+    "two free each": (lambda a, b, c, d: jnp.transpose(contract(c, d, (2,), (1,)),
+                                                       (2, 3, 0, 1)), True),
+    "free dimensions mixed": (lambda a, b, c, d: jnp.transpose(
+        contract(c, d, (2,), (1,)), (3, 0, 1, 2)), False),
+    "free groups swapped": (lambda a, b, c, d: jnp.transpose(
+        contract(c[0], d, (1,), (1,)), (1, 2, 0)), True),
+    "also read as it is": (lambda a, b, c, d: (contract(b, a, (0,), (0,)).T,
+                                               contract(b, a, (0,), (0,))), False),
+    "batch moved": (lambda a, b, c, d: jnp.transpose(jnp.einsum("bij,bjk->bik", c, d),
+                                                     (1, 0, 2)), False),
+}
+
+
+@pytest.mark.parametrize("case", TRANSPOSED_PRODUCTS)
+@pytest.mark.parametrize("dtype", (np.float32, np.float64, np.complex64, np.int32),
+                         ids=dtype_id)
+def test_transposed_products_are_products_of_the_swapped_operands(case, dtype):
+    """A transposition that only swaps a product's operands' free dimensions (batch ones
+    first) folds into the product of the swapped operands, as XLA folds it, so that its
+    readers read rows (``frontend/xla_rewrites.py``); not where the product is read
+    untransposed too, or the batch dimensions move. XLA's results."""
+    f, folds = TRANSPOSED_PRODUCTS[case]
+    args = (operand(dtype, (12, 7)), operand(dtype, (12, 9), seed=1),
+            operand(dtype, (3, 5, 6), seed=2), operand(dtype, (3, 6, 4), seed=3))
+    ops = hlo2dace.jit(f).lower(*args).main.body.blocks[0].ops
+    producers = {r.name: op for op in ops for r in op.results}
+    transposed = [op for op in ops if op.name == "stablehlo.transpose"
+                  and producers.get(op.operands[0].name, op).name == "stablehlo.dot_general"]
+    assert bool(transposed) != folds
+    assert sum(op.name == "stablehlo.dot_general" for op in ops) == 1
+    check(f, *args)
+
+
 @pytest.mark.parametrize("dtype", (np.float32, np.float64, np.complex64, np.int32,
                                    ml_dtypes.bfloat16), ids=dtype_id)
 def test_outer_products_are_computed_where_they_are_read(dtype):

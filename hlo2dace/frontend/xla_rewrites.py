@@ -26,6 +26,12 @@ differently. Measured against jax.jit:
   ``A * (c * s)`` (f16, f32, f64; not bf16). ``(x * 2.5) * 0.37`` differs in a third of
   the elements.
 
+A **transposed product** whose transposition only swaps the two operands' free dimensions
+(JAX's gradient of ``x @ w`` with respect to ``w`` is ``transpose(dot_general(dy, x))``) is
+the product of the swapped operands, as XLA folds it: the elementwise ops reading it then
+read rows, not columns (an Adam step over a 256x256 weight spent 195 us in such a
+strided read where its update needs about 40).
+
 The products are then also the ones that XLA contracts into fused multiply-adds
 (``translate/fusion.py``); and a multiplication is several times cheaper than a division.
 """
@@ -73,6 +79,10 @@ def _block(block: ir.Block) -> ir.Block:
             for new in rewritten[:-1]:
                 _add(new, ops, producers)
             op = rewritten[-1]
+        swapped = _swapped_product(op, producers, readers)
+        if swapped is not None:
+            ops.remove(producers[op.operands[0].name])  # the transpose was its only reader
+            op = swapped
         for new in _reassociated(op, producers) or [op]:
             _add(new, ops, producers)
     return ir.Block(block.arguments, tuple(ops))
@@ -191,6 +201,37 @@ def _regrouped(op: ir.Op, producers: dict[str, ir.Op]) -> list[ir.Op] | None:
         top = product("numerator", a, c)
         return [top, _binary("stablehlo.divide", op, top.result, b)]
     return None
+
+
+def _swapped_product(op: ir.Op, producers: dict[str, ir.Op], readers: Counter
+                     ) -> ir.Op | None:
+    """The product of the swapped operands in place of ``op``, if ``op`` transposes a
+    ``dot_general`` that nothing else reads and only swaps its operands' free dimensions
+    (batch dimensions stay first)."""
+    product = producers.get(op.operands[0].name) if op.name == "stablehlo.transpose" else None
+    if product is None or product.name != "stablehlo.dot_general" \
+            or readers[product.result.name] != 1 \
+            or set(product.attributes) - {"dot_dimension_numbers", "precision_config"}:
+        return None
+    numbers = product.attr("dot_dimension_numbers")
+    if not isinstance(numbers, ir.StructAttr):
+        return None
+    lhs, rhs = (operand.type.rank for operand in product.operands)
+    batch = len(numbers.get("lhs_batching_dimensions", ()))
+    lhs_free = lhs - batch - len(numbers.get("lhs_contracting_dimensions", ()))
+    rhs_free = rhs - batch - len(numbers.get("rhs_contracting_dimensions", ()))
+    swapped_order = (*range(batch), *range(batch + lhs_free, batch + lhs_free + rhs_free),
+                     *range(batch, batch + lhs_free))
+    if tuple(op.attr("permutation", ())) != swapped_order:
+        return None
+    fields = {f"{'rhs' if side == 'lhs' else 'lhs'}{rest}": value
+              for side, rest, value in ((key[:3], key[3:], value)
+                                        for key, value in numbers.fields.items())}
+    attributes = {"dot_dimension_numbers": ir.StructAttr(numbers.name, ir.freeze(fields))}
+    if "precision_config" in product.attributes:
+        attributes["precision_config"] = tuple(reversed(product.attr("precision_config")))
+    return ir.Op("stablehlo.dot_general", tuple(reversed(product.operands)), op.results,
+                 ir.freeze(attributes), location=product.location)
 
 
 def _reassociated(op: ir.Op, producers: dict[str, ir.Op]) -> list[ir.Op] | None:
