@@ -401,7 +401,8 @@ class JitFunction:
         else:  # the common case, without the copies
             dynamic_args, dynamic_kwargs, statics = list(args), {}, ((), ())
         leaves, tree = jax.tree_util.tree_flatten((dynamic_args, dynamic_kwargs))
-        avals = tuple(abstract(leaf) for leaf in leaves)
+        avals = tuple((leaf.shape, leaf.dtype, getattr(leaf, "weak_type", False))
+                      if type(leaf) in ARRAY_TYPES else abstract(leaf) for leaf in leaves)
         if sharding:
             avals += tuple(getattr(leaf, "sharding", None) for leaf in leaves)
         return (tree, avals, statics, bool(jax.config.jax_enable_x64)), leaves

@@ -22,6 +22,7 @@ import errno
 import functools
 import hashlib
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -526,7 +527,7 @@ ALIGNED_BYTES = 1 << 16
 
 
 def _aligned_empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-    size = int(np.prod(shape)) * dtype.itemsize
+    size = math.prod(shape) * dtype.itemsize  # np.prod costs 3 us a call
     raw = np.empty(size + 64, np.uint8)
     start = -raw.ctypes.data % 64
     return raw[start:start + size].view(dtype).reshape(shape)
