@@ -127,15 +127,17 @@ def team_loops(code: str) -> str:
     (``h2d::open_team``): libgomp builds a team for every region, even of one thread, at
     about 0.4 us, which a time loop of small sweeps pays per sweep. A function of its own,
     as OpenMP's outlined one, keeps the loop compiled as it was: in the caller's body GCC
-    left loops it vectorises there scalar (a complex ``abs`` not if-converted). The
+    left some such loops scalar (mandelbrot's complex ``abs`` not if-converted). The
     iterations, their partition and so the results are the same either way."""
     pieces, end = [], 0
     for found in _PARALLEL_LOOP.finditer(code):
+        if found.start() < end:  # nested in a loop moved already: it stays as it is
+            continue
         tokens = _Tokens(code, found.end(), groups=2)
         header = 1 if len(tokens.kinds) > 1 and tokens.kinds[1] == "(" else -1
         body = tokens.closing(header) + 1 if header > 0 else -1
-        if found.start() < end or not 0 < body < len(tokens.kinds) \
-                or tokens.kinds[body] != "{" or tokens.closing(body) < 0:
+        if not 0 < body < len(tokens.kinds) or tokens.kinds[body] != "{" \
+                or tokens.closing(body) < 0:
             continue
         loop_end = tokens.positions[tokens.closing(body)] + 1
         pieces += [code[end:found.start()],

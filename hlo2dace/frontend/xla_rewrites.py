@@ -72,8 +72,8 @@ def _block(block: ir.Block) -> ir.Block:
     for op in block.ops:
         if op.regions:
             op = dataclasses.replace(op, regions=tuple(_region(r) for r in op.regions))
-        # each rewrite leaves a product, or a division whose operands are no divisions
-        # (those before it were rewritten already) and a product of them: the loop ends
+        # a rewrite leaves a product, or a division of values that are no divisions (those
+        # earlier in the block were rewritten already), so the loop ends
         while (rewritten := _divided_by_function(op, producers)
                or _reciprocal(op, producers, readers) or _regrouped(op, producers)):
             for new in rewritten[:-1]:
