@@ -1,7 +1,6 @@
 """Rewrites of the C++ file DaCe generates for a program: split into translation units
-that the compiler builds in parallel, the program's arrays reached through restricted
-local pointers so that GCC vectorises the loops over them, and parallel loops that open a
-team of threads only where more than one thread is wanted (``team_loops``).
+that the compiler builds in parallel, and the program's arrays reached through restricted
+local pointers so that GCC vectorises the loops over them.
 
 DaCe writes a program as one file: includes, the state struct and the global code (the
 prelude), then one function, ``__program_<name>_internal``, whose body holds the code of
@@ -74,8 +73,8 @@ def program_files(code: str, program: str, parts: int | None = None,
     """``code`` (DaCe's file for the program named ``program``) split as ``split`` does
     where it can, each function's state pointers restricted (``restrict_state_pointers``),
     with the definitions ``functions`` (the scopes it calls: ``outlined_functions``)."""
-    code = team_loops(independent_loops(code))
-    functions = [team_loops(independent_loops(function)) for function in functions]
+    code = independent_loops(code)
+    functions = [independent_loops(function) for function in functions]
     cut = split(code, program, parts, functions)
     if cut is None or not cut.parts:
         whole = code if cut is None else cut.main
@@ -113,41 +112,6 @@ def independent_loops(code: str) -> str:
         else:
             lines[loop] = "#pragma GCC ivdep\n" + lines[loop]
     return "\n".join(lines)
-
-
-#: an OpenMP parallel loop: its pragma (the clauses in group 1), then the loop
-_PARALLEL_LOOP = re.compile(r"^[ \t]*#pragma omp parallel for\b([^\n]*)\n(?=[ \t]*for\s*\()",
-                            re.M)
-
-
-def team_loops(code: str) -> str:
-    """``code`` with each OpenMP parallel loop moved into a function of its own (a lambda)
-    that shares out its iterations among the team it runs in (an orphaned ``omp for``),
-    called in a parallel region where threads are wanted and directly where one is
-    (``h2d::open_team``): libgomp builds a team for every region, even of one thread, at
-    about 0.4 us, which a time loop of small sweeps pays per sweep. A function of its own,
-    as OpenMP's outlined one, keeps the loop compiled as it was: in the caller's body GCC
-    left some such loops scalar (mandelbrot's complex ``abs`` not if-converted). The
-    iterations, their partition and so the results are the same either way."""
-    pieces, end = [], 0
-    for found in _PARALLEL_LOOP.finditer(code):
-        if found.start() < end:  # nested in a loop moved already: it stays as it is
-            continue
-        tokens = _Tokens(code, found.end(), groups=2)
-        header = 1 if len(tokens.kinds) > 1 and tokens.kinds[1] == "(" else -1
-        body = tokens.closing(header) + 1 if header > 0 else -1
-        if not 0 < body < len(tokens.kinds) or tokens.kinds[body] != "{" \
-                or tokens.closing(body) < 0:
-            continue
-        loop_end = tokens.positions[tokens.closing(body)] + 1
-        pieces += [code[end:found.start()],
-                   "{ auto __h2d_loop = [&]() __attribute__((noinline)) {\n"
-                   f"#pragma omp for{found.group(1).rstrip()} nowait\n",
-                   code[found.end():loop_end],
-                   "\n};\nif (h2d::open_team()) {\n#pragma omp parallel\n__h2d_loop();\n"
-                   "} else {\n__h2d_loop();\n} }"]
-        end = loop_end
-    return "".join(pieces) + code[end:]
 
 
 def outlined_functions(code: str, library: str, functions: Sequence[tuple[str, list[str]]]

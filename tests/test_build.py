@@ -2,11 +2,7 @@
 into translation units gives the same bits as one file, validation runs when asked, and
 the cache keeps the program's signature."""
 
-import os
 import re
-import shutil
-import subprocess
-from pathlib import Path
 
 import dace
 import jax
@@ -429,59 +425,3 @@ def test_independent_loops_are_marked_for_the_vectoriser():
     assert marked[marked.index("#pragma GCC ivdep") + 1].strip().startswith(
         "for (int __i1 = 0;")
     assert cpp_split.independent_loops("\n".join(marked)) == "\n".join(marked)
-
-
-#: a program whose parallel loop records, for each iteration, the nesting level of the
-#: parallel regions it runs in and the size of its team, alone and inside a region of two
-TEAM_PROGRAM = """
-#include "h2d_ops.h"
-#include <cstdio>
-static int level[64], team[64], runs[64];
-static void sweep() {
-#pragma omp parallel for collapse(2)
-for (int i = 0; i < 8; i += 1) {
-    for (int j = 0; j < 8; j += 1) {
-        level[i * 8 + j] = omp_get_level();
-        team[i * 8 + j] = omp_get_num_threads();
-#pragma omp atomic
-        runs[i * 8 + j] += 1;
-    }
-}
-}
-static void report(const char* when) {
-    for (int k = 0; k < 64; ++k) std::printf("%s %d %d %d\\n", when, level[k], team[k], runs[k]);
-}
-int main() {
-    sweep();
-    report("alone");
-#pragma omp parallel num_threads(2)
-    sweep();
-    report("nested");
-}
-"""
-
-
-@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
-@pytest.mark.parametrize("threads", [1, 2])
-def test_parallel_loops_open_a_team_only_where_threads_are_wanted(tmp_path, threads):
-    """A parallel loop (``cpp_split.team_loops``) runs in a region of the wanted threads,
-    its ``collapse`` kept, and where one thread is wanted on the calling thread, outside
-    any region (libgomp builds a team even of one for a region); called inside a region,
-    each of its threads runs every iteration in a region of its own, as before."""
-    source = tmp_path / "team.cc"
-    source.write_text(cpp_split.team_loops(TEAM_PROGRAM))
-    assert "#pragma omp parallel for" not in source.read_text()
-    binary = tmp_path / "team"
-    subprocess.run(["g++", "-std=c++20", "-O2", "-fopenmp",
-                    f"-I{Path(cpp_split.__file__).parent / 'translate'}", str(source),
-                    "-o", str(binary)], check=True, capture_output=True)
-    output = subprocess.run([str(binary)], check=True, capture_output=True, text=True,
-                            env={**os.environ, "OMP_NUM_THREADS": str(threads)}).stdout
-    rows = [line.split() for line in output.splitlines()]
-    alone = {(int(lv), int(size), int(runs)) for when, lv, size, runs in rows
-             if when == "alone"}
-    assert alone == ({(0, 1, 1)} if threads == 1 else {(1, 2, 1)})
-    nested = {(int(lv), int(size), int(runs)) for when, lv, size, runs in rows
-              if when == "nested"}
-    assert nested == {(2, 1, 3)}  # one run before, one per thread of the outer region
-

@@ -17,9 +17,6 @@
 #if defined(__SSE__)
 #include <xmmintrin.h>
 #endif
-#if defined(_OPENMP)
-#include <omp.h>
-#endif
 
 // Vector math: glibc's libmvec holds SIMD versions of libm's functions (`_ZGVdN4v_log`:
 // AVX2, four doubles), which glibc declares to GCC only under -ffast-math. These
@@ -88,18 +85,6 @@ inline void init_worker_fp_mode() {
 #pragma omp parallel
     _mm_setcsr(_mm_getcsr() | kFlushDenormals);
     _mm_setcsr(caller);
-#endif
-}
-
-// Whether a parallel loop opens a team of threads (cpp_split.team_loops): not where one
-// thread is wanted (OMP_NUM_THREADS=1, or the thread tuner's choice), where libgomp would
-// still build a team of one for each region, about 0.4 us, paid by every sweep of a time
-// loop; inside a region already, as a nested region did.
-inline bool open_team() {
-#if defined(_OPENMP)
-    return omp_get_max_threads() > 1 || omp_in_parallel();
-#else
-    return false;
 #endif
 }
 
