@@ -93,12 +93,21 @@ def _add(op: ir.Op, ops: list[ir.Op], producers: dict[str, ir.Op]) -> None:
     producers.update((result.name, op) for result in op.results)
 
 
-def _divided_by_function(op: ir.Op, producers: dict[str, ir.Op]) -> list[ir.Op] | None:
-    """The ops that compute ``op`` as XLA does, if it is a division by an exponential, a
-    power or a reciprocal square root."""
+def _rewritten_division(op: ir.Op) -> ir.TensorType | None:
+    """The result type of ``op`` if it is a division of a type whose divisions XLA
+    rewrites."""
     t = op.results[0].type if len(op.results) == 1 else None
     if op.name != "stablehlo.divide" or not isinstance(t, ir.TensorType) \
             or t.element not in RECIPROCAL_TYPES:
+        return None
+    return t
+
+
+def _divided_by_function(op: ir.Op, producers: dict[str, ir.Op]) -> list[ir.Op] | None:
+    """The ops that compute ``op`` as XLA does, if it is a division by an exponential, a
+    power or a reciprocal square root."""
+    t = _rewritten_division(op)
+    if t is None:
         return None
     numerator, divisor = op.operands
     top, bottom = producers.get(numerator.name), producers.get(divisor.name)
@@ -140,9 +149,8 @@ def _reciprocal(op: ir.Op, producers: dict[str, ir.Op], readers: Counter
                 ) -> list[ir.Op] | None:
     """The ops that compute ``op`` as XLA does, if it is a division XLA rewrites
     (``readers``: how many times the block reads each value)."""
-    t = op.results[0].type if len(op.results) == 1 else None
-    if op.name != "stablehlo.divide" or not isinstance(t, ir.TensorType) \
-            or t.element not in RECIPROCAL_TYPES or not t.is_static:
+    t = _rewritten_division(op)
+    if t is None or not t.is_static:
         return None
     numerator, divisor = op.operands
     source = producers.get(divisor.name)
@@ -176,9 +184,8 @@ def _regrouped(op: ir.Op, producers: dict[str, ir.Op]) -> list[ir.Op] | None:
     """The ops that compute ``op`` as XLA does, if it is a division of or by a division
     (XLA's rewrites in this order of preference; its inner divisions are rewritten
     first, as they come first in the block)."""
-    t = op.results[0].type if len(op.results) == 1 else None
-    if op.name != "stablehlo.divide" or not isinstance(t, ir.TensorType) \
-            or t.element not in RECIPROCAL_TYPES:
+    t = _rewritten_division(op)
+    if t is None:
         return None
     inner = [producers.get(v.name) for v in op.operands]
     over = [o if o is not None and o.name == "stablehlo.divide" else None for o in inner]
