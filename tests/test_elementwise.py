@@ -287,7 +287,8 @@ UNARY = {
 #: its own approximations (f32, and log1p in f64 too), 1-3 ULP from the C library's
 #: that hlo2dace calls; f16 expm1 is XLA's own too; complex functions built on them (and
 #: logistic, built on exp) inherit that. f64 exp, expm1 and tanh are XLA's own
-#: approximations in hlo2dace too (h2d::xla_exp, h2d::xla_expm1, h2d::xla_tanh): 0 ULP.
+#: approximations in hlo2dace too (h2d::xla_exp, h2d::xla_expm1, h2d::xla_tanh), and f64 log
+#: glibc's, which XLA calls (h2d::glibc_log): 0 ULP.
 ULP = {
     ("exponential", "float32"): 1,
     ("exponential_minus_one", "float32"): 3,
@@ -758,6 +759,25 @@ def test_f64_exp_family_is_xla_bit_for_bit(shape):
     assert_matches_jax(f, x)
 
 
+@pytest.mark.parametrize("size", [4099, 5], ids=["vectorised", "scalar"])
+def test_f64_log_is_xla_bit_for_bit(size):
+    """f64 log is glibc's, which XLA calls, inline (``h2d::glibc_log``): XLA's results bit
+    for bit on both of its paths (x - 1 within [-2^-4, 0x1.09p-4], and the table
+    elsewhere) and at their edges, on every magnitude, on special values and denormals
+    (read as zero), in a vectorised loop and in a short scalar one."""
+    rng = np.random.default_rng(size)
+    edges = np.array([1.0, np.nextafter(1.0, 0), np.nextafter(1.0, 2), 1 - 2.0**-4,
+                      np.nextafter(1 - 2.0**-4, 0), 1 + float.fromhex("0x1.09p-4"),
+                      np.nextafter(1 + float.fromhex("0x1.09p-4"), 2), 0.6875, 1.375, 2.0,
+                      0.5, np.finfo(np.float64).max, np.finfo(np.float64).tiny, 1e-310,
+                      -1e-310, 0.0, -0.0, -1.0, np.inf, -np.inf, np.nan])
+    x = np.concatenate([edges, 1 + rng.uniform(-0.07, 0.07, 2000),
+                        np.exp(rng.uniform(-700, 700, 2000))])
+    x = np.resize(rng.permutation(x), size) if size < len(x) else np.resize(x, size)
+    assert_matches_jax(jnp.log, x)
+    assert_matches_jax(jnp.log, np.resize(edges, size))
+
+
 MAP = """
 func.func @main(%x: tensor<3x4xf32>, %n: tensor<3x4xi32>, %e: tensor<0x2xf16>)
     -> (tensor<3x4xf32>, tensor<3x4xi32>, tensor<0x2xf16>) {
@@ -808,7 +828,7 @@ def test_map_with_a_non_elementwise_body_is_refused():
 #: maximum errors against correctly rounded results (docs/vector-math.md), rounded up
 VECTOR_ULP = {"float32": {"exp": 4, "expm1": 7, "log": 5, "log1p": 4, "sin": 3, "cos": 3,
                           "tan": 4, "tanh": 6, "cbrt": 4, "pow": 2, "atan2": 6},
-              "float64": {"exp": 0, "expm1": 0, "log": 3, "log1p": 130, "sin": 4, "cos": 4,
+              "float64": {"exp": 0, "expm1": 0, "log": 0, "log1p": 130, "sin": 4, "cos": 4,
                           "tan": 4, "tanh": 0, "cbrt": 4, "pow": 2, "atan2": 3}}
 VECTOR_FUNCTIONS = {
     "exp": lax.exp, "expm1": lax.expm1, "log": lax.log, "log1p": lax.log1p, "sin": lax.sin,
@@ -821,10 +841,10 @@ VECTOR_FUNCTIONS = {
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=dtype_id)
 def test_vectorised_transcendentals(name, dtype):
     """Each function alone in a long map, so that its loop calls libmvec's SIMD version
-    (f64 exp, expm1 and tanh: XLA's own approximations, vectorised by GCC): within a few
-    ULP of XLA (0 for those), and NaN, infinities, signed zeros and denormals (special
-    values spread through the vectorised body) exactly as XLA gives them (atan2: as
-    ``atan2_of_flushed``)."""
+    (f64 exp, expm1 and tanh: XLA's own approximations; f64 log: glibc's, which XLA calls;
+    these vectorised by GCC): within a few ULP of XLA (0 for those), and NaN, infinities,
+    signed zeros and denormals (special values spread through the vectorised body) exactly
+    as XLA gives them (atan2: as ``atan2_of_flushed``)."""
     fun = VECTOR_FUNCTIONS[name]
     rng = np.random.default_rng(1)
     x = np.concatenate([rng.uniform(-30, 30, 3000), np.exp(rng.uniform(-60, 60, 1000))])
@@ -841,7 +861,7 @@ def test_vectorised_transcendentals(name, dtype):
     suffix = "f" if dtype == np.float32 else ""
     library = next(compiled.folder.rglob("libh2d_*.so")).read_bytes()
     vectorised = re.search(rb"_ZGV[a-z]N\d+v+_" + (name + suffix).encode() + rb"\b", library)
-    own = dtype == np.float64 and name in ("exp", "expm1", "tanh")
+    own = dtype == np.float64 and name in ("exp", "expm1", "log", "tanh")
     assert bool(vectorised) == (not own), \
         f"{name}: libmvec called: {vectorised}"
 
