@@ -640,8 +640,8 @@ template <typename T> inline T sign(T a) {
     if constexpr (is_complex<T>) {
         return cx::sign(a);
     } else if constexpr (std::is_floating_point_v<T>) {
-        if (std::isnan(a) || a == 0) return flush(a);  // sign(denormal) = zero (DAZ)
-        return a > 0 ? T(1) : T(-1);
+        // sign(denormal) = zero (DAZ); selected by bits, so that loops vectorise
+        return blend((a != a) | (a == 0), flush(a), blend(a > 0, T(1), T(-1)));
     } else if constexpr (std::is_signed_v<T>) {
         return (T)((a > 0) - (a < 0));
     } else {
@@ -651,23 +651,23 @@ template <typename T> inline T sign(T a) {
 
 // Integer power as XLA computes it: six rounds of squaring, so only the exponent's low six
 // bits count (2^64 = 1); negative exponents give 0 except for bases 1 and -1, and XLA reads
-// an unsigned exponent with its top bit set as negative too.
+// an unsigned exponent with its top bit set as negative too. Every case is computed and one
+// selected by masks, so that loops vectorise.
 template <typename T> inline T pow_(T a, T b) {
     if constexpr (is_int<T>) {
         using S = std::make_signed_t<T>;
-        if ((S)b < 0) {
-            if (a == 1) return 1;
-            if ((S)a == -1) return (b & 1) ? (T)-1 : (T)1;
-            return 0;
-        }
-        T result = 1;
-        uns<T> e = (uns<T>)b;
+        using U = uns<T>;
+        const auto mask = [](bool condition) { return U(U(0) - U(condition)); };
+        const auto pick = [](U m, U x, U y) { return U((x & m) | (y & U(~m))); };
+        U result = 1, base = U(a), e = U(b);
         for (int i = 0; i < 6; ++i) {
-            if (e & 1) result = mul(result, a);
-            a = mul(a, a);
-            e >>= 1;
+            result = pick(mask(e & 1), U(mul(T(result), T(base))), result);
+            base = U(mul(T(base), T(base)));
+            e = U(e >> 1);
         }
-        return result;
+        const U of_minus_one = pick(mask(b & 1), U(-1), U(1));
+        const U negative_power = pick(mask(a == 1), U(1), pick(mask(S(a) == -1), of_minus_one, 0));
+        return T(pick(mask(S(b) < 0), negative_power, result));
     } else if constexpr (std::is_same_v<T, bool>) {
         return a || !b;
     } else if constexpr (is_complex<T>) {
@@ -727,7 +727,14 @@ template <typename T> inline T not_(T a) {
 }
 
 // ------------------------------------------------------------------ rounding
-template <typename T> inline T round_afz(T a) { return std::round(a); }
+// std::round and std::trunc do not vectorise (they must not raise inexact); nearbyint does:
+// round half to even, then step away from zero where that rounded a half towards it
+// (a - r is exact; infinities and NaN stay themselves, -0.3 gives -0.0)
+template <typename T> inline T round_afz(T a) {
+    const T r = std::nearbyint(a);
+    const bool half_towards_zero = (std::fabs(a - r) == T(0.5)) & (std::fabs(r) < std::fabs(a));
+    return blend(half_towards_zero, r + std::copysign(T(1), a), r);
+}
 template <typename T> inline T round_even(T a) { return std::nearbyint(a); }
 
 // reduce_precision, XLA's bit-level algorithm (round to nearest even; below the reduced
@@ -861,13 +868,16 @@ template <typename R> inline R rsqrt_r(R a) { return R(1) / std::sqrt(a); }
 inline double xla_exp(double x) {
     constexpr double lo = -0x1.6232bdd7abcd2p+9, hi = 0x1.62e42fefa39efp+9;
     const double clamped = blend(x < lo, lo, blend(x > hi, hi, x));  // NaN stays NaN
-    // n = floor(x log2(e) + 1/2), by a conversion to an integer (std::floor does not
-    // vectorise without -fno-trapping-math); |x| is clamped, so n fits; NaN gives 0
+    // n = floor(x log2(e) + 1/2), rounded to an integer by adding 1.5 2^52, which also
+    // leaves it in the low bits (std::floor does not vectorise without -fno-trapping-math,
+    // conversions between double and int64 not without AVX-512); |x| is clamped, so n fits;
+    // NaN gives 0
     const double t = std::fma(clamped, 0x1.71547652b82fep+0, 0.5);
     const double t_number = blend(t != t, 0.0, t);
-    int64_t k = (int64_t)t_number;
-    k -= (double)k > t_number;
-    const double n = (double)k;
+    constexpr double shifter = 0x1.8p52;
+    const double nearest = (t_number + shifter) - shifter;
+    const double n = nearest - blend(nearest > t_number, 1.0, 0.0);
+    const int64_t k = bit_cast<int64_t>(n + shifter) - bit_cast<int64_t>(shifter);
     double g = std::fma(-n, 0x1.62e4000000000p-1, clamped);
     g = std::fma(-n, 0x1.7f7d1cf79abcap-20, g);
     const double gg = g * g;
