@@ -599,6 +599,33 @@ def test_short_rows_run_as_one_loop(dtype):
     assert len(marked) == 1 and len(marked[0]) < 3 and np.prod(marked[0]) == 3000, marked
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int32], ids=dtype_id)
+def test_tiny_rows_of_slices_run_the_longer_loop_innermost(dtype):
+    """A map whose innermost loop is at most ``emitter.TINY_ROW`` long and whose arrays are
+    not contiguous across the loop around it (slices of columns of 4, as pyhpc's
+    isoneutral at 4,096 points: 32 x 32 x 4), written into a window of a larger array,
+    runs the longer loop innermost so that it vectorises, and says that its iterations
+    are independent; a reduction along the short axis keeps its order. XLA's results."""
+    import dace
+
+    a, b = sample(dtype, (32, 32, 4)), sample(dtype, (32, 32, 4), seed=1)
+    out = np.zeros((32, 32, 4, 2), dtype)
+
+    def f(a, b, out):
+        inner = a[2:-2, 2:-2, 1:] * b[2:-2, 1:-3, 1:] - a[2:-2, 3:-1, :-1]
+        return {"window": out.at[2:-2, 2:-2, 1:, 1].set(inner * 3 + b[2:-2, 2:-2, 1:]),
+                "summed": inner.sum(axis=2)}
+
+    assert_matches_jax(f, a, b, out)
+    sdfg = hlo2dace.jit(f).lower(a, b, out).as_sdfg()
+    maps = {tuple(int(n) for n in node.map.range.size()): state.scope_children()[node]
+            for node, state in sdfg.all_nodes_recursive()
+            if isinstance(node, dace.nodes.MapEntry) and state.entry_node(node) is None}
+    assert (28, 3, 28) in maps and (28, 28, 3) not in maps, maps.keys()
+    assert any(isinstance(n, dace.nodes.Tasklet) and cpp_split.INDEPENDENT_ITERATIONS
+               in n.code.as_string for n in maps[(28, 3, 28)])
+
+
 def test_optimization_barrier_tuple():
     x = sample(np.float64, (3, 4))
     s = sample(np.int32, ())
