@@ -694,12 +694,11 @@ def interchange_tiny_rows(state: dace.SDFGState, entry: dace.nodes.MapEntry) -> 
     points changes no result: tasklets without side effects, no write-conflict resolution,
     each written element written once (every parameter moves a write by more than the
     parameters with smaller strides span) and read, if at all, only by the point that
-    writes it; the tasklet then says
-    that the iterations are independent (``INDEPENDENT_ITERATIONS``), without which GCC
-    does not gather."""
+    writes it; the tasklet then says that the iterations are independent
+    (``INDEPENDENT_ITERATIONS``), without which GCC does not gather."""
     the_map = entry.map
     sizes = [_integer(n) for n in the_map.range.size()]
-    if len(sizes) < 2 or None in sizes[-2:] or sizes[-1] > TINY_ROW \
+    if len(sizes) < 2 or None in sizes or sizes[-1] > TINY_ROW \
             or sizes[-2] < LONG_ROW or any(step != 1 for _, _, step in the_map.range):
         return
     inside = state.scope_subgraph(entry, include_entry=False, include_exit=False)

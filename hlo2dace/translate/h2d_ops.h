@@ -666,7 +666,8 @@ template <typename T> inline T pow_(T a, T b) {
             e = U(e >> 1);
         }
         const U of_minus_one = pick(mask(b & 1), U(-1), U(1));
-        const U negative_power = pick(mask(a == 1), U(1), pick(mask(S(a) == -1), of_minus_one, 0));
+        const U negative_power = pick(mask(a == 1), U(1),
+                                      pick(mask(S(a) == -1), of_minus_one, 0));
         return T(pick(mask(S(b) < 0), negative_power, result));
     } else if constexpr (std::is_same_v<T, bool>) {
         return a || !b;
@@ -732,7 +733,8 @@ template <typename T> inline T not_(T a) {
 // (a - r is exact; infinities and NaN stay themselves, -0.3 gives -0.0)
 template <typename T> inline T round_afz(T a) {
     const T r = std::nearbyint(a);
-    const bool half_towards_zero = (std::fabs(a - r) == T(0.5)) & (std::fabs(r) < std::fabs(a));
+    const bool half_towards_zero =
+        (std::fabs(a - r) == T(0.5)) & (std::fabs(r) < std::fabs(a));
     return blend(half_towards_zero, r + std::copysign(T(1), a), r);
 }
 template <typename T> inline T round_even(T a) { return std::nearbyint(a); }
@@ -1062,7 +1064,8 @@ inline double glibc_log(double x) {
     const double p = std::fma(r2, horner(r, -0x1.55575e506c89fp-3, 0x1.999b324f10111p-3),
                               horner(r, -0x1.fffffffeb459p-3, 0x1.555555551305bp-2));
     const double far = std::fma(r * r2, p, std::fma(r2, -0x1.0000000000001p-1, lo)) + hi;
-    const bool close = bits - 0x3fee000000000000ull < 0x3ff1090000000000ull - 0x3fee000000000000ull;
+    // close to 1: x in [1 - 2^-4, 1 + 0x1.09p-4), by its bits
+    const bool close = bits - 0x3fee000000000000ull < 0x0003090000000000ull;
     constexpr double inf = std::numeric_limits<double>::infinity();
     // log(+-0) = -inf, log(x < 0) = the default NaN, log(inf) = inf, log(NaN) = NaN
     const double special = blend(x == 0.0, -inf,
