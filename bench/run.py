@@ -129,10 +129,11 @@ def main() -> None:
 NOTES = {
     "End to end": (
         "Matrix products run in OpenBLAS. Elementwise work is one fused map whose "
-        "transcendental functions (tanh, exp, log) vectorise with glibc's libmvec "
-        "(docs/vector-math.md). Per-call overhead (last row): the `Compiled` call goes through "
-        "a C extension that reads the arrays' buffers; `hlo2dace.jit` stays above `jax.jit`, "
-        "mostly for making the `jax.Array` results (jaxlib's `batched_device_put`)."),
+        "transcendental functions vectorise: f64 exp, log and tanh inline as XLA computes "
+        "them, the others with glibc's libmvec (docs/vector-math.md). Per-call overhead "
+        "(last row): the `Compiled` call goes through a C extension that reads the arrays' "
+        "buffers; `hlo2dace.jit` stays above `jax.jit`, mostly for making the `jax.Array` "
+        "results (jaxlib's `batched_device_put`)."),
     "Contractions": (
         "f32/f64 products call OpenBLAS's `cblas_?gemm` with transposes absorbed as its flags "
         "and leading dimensions, one call per batch element; XLA calls Eigen. At 64x64 the "
