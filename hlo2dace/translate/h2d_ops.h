@@ -150,11 +150,20 @@ template <typename T> inline T flush(T x) {
 }
 
 // `condition ? a : b` by bits: GCC sinks a call computed for `b` into a branch of a
-// floating-point `?:`, which stops the loop from vectorising; not into this.
+// floating-point `?:`, which stops the loop from vectorising; not into this. Integers
+// too: a `?:` with a loop-invariant operand, or one in a loop of selects, stays scalar.
 template <typename T> inline T blend(bool condition, T a, T b) {
-    using I = typename bits_of<T>::type;
-    const I mask = I(0) - I(condition);
-    return bit_cast<T>((bit_cast<I>(a) & mask) | (bit_cast<I>(b) & ~mask));
+    if constexpr (std::is_same_v<T, bool>) {
+        return (condition & a) | (!condition & b);
+    } else if constexpr (std::is_integral_v<T>) {
+        using U = std::make_unsigned_t<T>;
+        const U mask = U(U(0) - U(condition));
+        return T((U(a) & mask) | (U(b) & U(~mask)));
+    } else {
+        using I = typename bits_of<T>::type;
+        const I mask = I(0) - I(condition);
+        return bit_cast<T>((bit_cast<I>(a) & mask) | (bit_cast<I>(b) & ~mask));
+    }
 }
 
 // c0 x^n + c1 x^(n-1) + ... + cn in FMAs, unrolled as written (a loop over a table of
@@ -652,23 +661,20 @@ template <typename T> inline T sign(T a) {
 // Integer power as XLA computes it: six rounds of squaring, so only the exponent's low six
 // bits count (2^64 = 1); negative exponents give 0 except for bases 1 and -1, and XLA reads
 // an unsigned exponent with its top bit set as negative too. Every case is computed and one
-// selected by masks, so that loops vectorise.
+// selected (`blend`), so that loops vectorise.
 template <typename T> inline T pow_(T a, T b) {
     if constexpr (is_int<T>) {
         using S = std::make_signed_t<T>;
-        using U = uns<T>;
-        const auto mask = [](bool condition) { return U(U(0) - U(condition)); };
-        const auto pick = [](U m, U x, U y) { return U((x & m) | (y & U(~m))); };
-        U result = 1, base = U(a), e = U(b);
+        T result = 1, base = a;
+        uns<T> e = (uns<T>)b;
         for (int i = 0; i < 6; ++i) {
-            result = pick(mask(e & 1), U(mul(T(result), T(base))), result);
-            base = U(mul(T(base), T(base)));
-            e = U(e >> 1);
+            result = blend(bool(e & 1), mul(result, base), result);
+            base = mul(base, base);
+            e >>= 1;
         }
-        const U of_minus_one = pick(mask(b & 1), U(-1), U(1));
-        const U negative_power = pick(mask(a == 1), U(1),
-                                      pick(mask(S(a) == -1), of_minus_one, 0));
-        return T(pick(mask(S(b) < 0), negative_power, result));
+        const T of_minus_one = blend(bool(b & 1), T(-1), T(1));
+        const T negative_power = blend(a == 1, T(1), blend(S(a) == -1, of_minus_one, T(0)));
+        return blend(S(b) < 0, negative_power, result);
     } else if constexpr (std::is_same_v<T, bool>) {
         return a || !b;
     } else if constexpr (is_complex<T>) {
@@ -1605,16 +1611,12 @@ template <typename T> inline T exp_logistic(T a) {
 template <typename T> inline bool is_finite(T a) { return std::isfinite(a); }
 // select: by bits (floats and integers) or by parts (complex), so that loops vectorise
 template <typename T> inline T select(bool c, T a, T b) {
-    if constexpr (std::is_floating_point_v<T>) return blend(c, a, b);
     // by parts: GCC does not vectorise a loop that picks whole complex numbers
-    else if constexpr (is_complex<T>)
+    if constexpr (is_complex<T>)
         return cx::of_parts(blend(c, a.real(), b.real()), blend(c, a.imag(), b.imag()));
-    else if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
-        // by bits too: a `?:` keeps a loop with a loop-invariant operand scalar
-        using U = std::make_unsigned_t<T>;
-        const U mask = U(0) - U(c);
-        return T((U(a) & mask) | (U(b) & U(~mask)));
-    } else return c ? a : b;
+    else if constexpr (std::is_floating_point_v<T> || std::is_integral_v<T>)
+        return blend(c, a, b);
+    else return c ? a : b;
 }
 
 // A sum of products starting from +0.0, as XLA's are, is never -0.0; OpenBLAS's AVX-512
