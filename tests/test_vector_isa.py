@@ -283,17 +283,15 @@ def test_f16_rounds_as_xla_with_and_without_f16_instructions():
     assert done.returncode == 0, done.stdout[-4000:]
 
 
-#: h2d_ops.h's elementwise functions by the kinds of element they take
-FLOAT_FUNCTIONS = ["neg", "abs_", "sign", "round_afz", "round_even", "rsqrt", "sqrt_", "exp_",
-                   "expm1_", "tanh_", "tan_", "sin_", "cos_", "log_", "log1p_", "cbrt_",
-                   "exp_logistic", "add", "sub", "mul", "div", "rem", "max_", "min_", "pow_",
-                   "atan2_", "mul_add", "clamp", "select"]
-INT_FUNCTIONS = ["neg", "abs_", "sign", "popcnt", "clz", "not_", "add", "sub", "mul", "div",
-                 "rem", "max_", "min_", "pow_", "shl", "shr_logical", "shr_arithmetic", "clamp",
+#: h2d_ops.h's elementwise functions by the kinds of element they take, and their arity
+FLOAT_UNARY = ["neg", "abs_", "sign", "round_afz", "round_even", "rsqrt", "sqrt_", "exp_",
+               "expm1_", "tanh_", "tan_", "sin_", "cos_", "log_", "log1p_", "cbrt_",
+               "exp_logistic"]
+INT_UNARY = ["neg", "abs_", "sign", "popcnt", "clz", "not_"]
+SHARED_BINARY = ["add", "sub", "mul", "div", "rem", "max_", "min_", "pow_"]
+FLOAT_FUNCTIONS = [*FLOAT_UNARY, *SHARED_BINARY, "atan2_", "mul_add", "clamp", "select"]
+INT_FUNCTIONS = [*INT_UNARY, *SHARED_BINARY, "shl", "shr_logical", "shr_arithmetic", "clamp",
                  "select"]
-UNARY_FUNCTIONS = {"neg", "abs_", "sign", "round_afz", "round_even", "rsqrt", "sqrt_", "exp_",
-                   "expm1_", "tanh_", "tan_", "sin_", "cos_", "log_", "log1p_", "cbrt_",
-                   "exp_logistic", "popcnt", "clz", "not_"}
 #: the ones that stay scalar, and why: no SIMD instruction divides integers; fmod has none
 #: either (XLA calls libm's scalar fmod too); a vector popcount needs AVX-512 VPOPCNTDQ, beyond
 #: x86-64-v4, and a vector count of leading zeros AVX-512CD
@@ -318,7 +316,8 @@ def test_elementwise_functions_vectorise(level, tmp_path):
                 continue  # StableHLO has none of these for unsigned integers
             arguments = ("x[i] > y[i], x[i], z[i]" if function == "select"
                          else "x[i], y[i], z[i]" if function in ("mul_add", "clamp")
-                         else "x[i]" if function in UNARY_FUNCTIONS else "x[i], y[i]")
+                         else "x[i]" if function in FLOAT_UNARY + INT_UNARY
+                         else "x[i], y[i]")
             lines.append(f"void f_{element}_{function}({element}* __restrict a, const {element}*"
                          f" __restrict x, const {element}* __restrict y, const {element}*"
                          f" __restrict z, int n) {{")
