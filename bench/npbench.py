@@ -115,6 +115,28 @@ def _difference(info: dict, reference, other, copies) -> float:
     return worst
 
 
+def _npbench_check(checkout: Path):
+    """NPBench's own validation (``npbench/infrastructure/utilities.py``'s ``validate``:
+    NumPy's ``allclose`` at the kernel's rtol and atol, else a normwise error below its
+    ``norm_error``; 1e-5, 1e-8 and 1e-5 unless its bench_info says otherwise), loaded
+    alone: the package's ``__init__`` imports every framework NPBench knows."""
+    import contextlib
+    import importlib.util
+    import io
+
+    spec = importlib.util.spec_from_file_location(
+        "npbench_utilities", checkout / "npbench" / "infrastructure" / "utilities.py")
+    utilities = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(utilities)
+
+    def valid(info: dict, expected: list, actual: list) -> bool:
+        with contextlib.redirect_stdout(io.StringIO()):  # it prints; stdout is our rows
+            return len(expected) == len(actual) and bool(utilities.validate(
+                expected, actual, rtol=info.get("rtol", 1e-5), atol=info.get("atol", 1e-8),
+                norm_error=info.get("norm_error", 1e-5)))
+    return valid
+
+
 def _dace_program(info: dict, preset: str, data: dict):
     """NPBench's DaCe version compiled as its "DaCe CPU" (``auto_optimize``), and the
     keyword arguments it is called with (the arrays and the symbols' values)."""
@@ -151,17 +173,18 @@ def measure(checkout: Path, name: str, info: dict, presets, budget: float,
         jax.jit(function, static_argnums=static_argnums)
     ours = hlo2dace.jit(inspect.unwrap(function), static_argnums=static_argnums,
                         static_argnames=static_argnames)
+    npbench_valid = _npbench_check(checkout)
     for preset in presets:
         row: dict = {"kernel": name, "preset": preset}
         try:
-            _measure_preset(row, info, preset, xla, ours, budget, frameworks)
+            _measure_preset(row, info, preset, xla, ours, budget, frameworks, npbench_valid)
         except Exception as exc:
             row["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
         print(json.dumps(row), flush=True)
 
 
 def _measure_preset(row: dict, info: dict, preset: str, xla, ours, budget: float,
-                    frameworks) -> None:
+                    frameworks, npbench_valid) -> None:
     """Fill ``row`` with one preset's first call, check and times."""
     import jax
     import numpy as np
@@ -180,6 +203,7 @@ def _measure_preset(row: dict, info: dict, preset: str, xla, ours, budget: float
     row["verdict"] = "OK" if len(expected) == len(actual) and all(
         c.verdict == "OK" for c in checks) else "DIFFERS"
     row["normwise_error"] = max((c.normwise_error or 0.0 for c in checks), default=0.0)
+    row["npbench_valid"] = npbench_valid(info, expected, actual)
 
     def copies():  # NumPy and DaCe overwrite their array arguments
         return {n: np.copy(data[n]) for n in arrays}
@@ -297,7 +321,10 @@ def write(rows: list[dict], command: str) -> None:
         "ms, measured in the same process, the frameworks taking turns; ratio = time / XLA's",
         "(below 1: faster than XLA). `first call`: hlo2dace's first call with an empty cache",
         "(JAX lowering, translation, C++ build). `check`: every hlo2dace output against XLA's",
-        "at the dtype's tolerance, with the largest normwise error; DaCe's outputs are checked",
+        "at the dtype's tolerance, with the largest normwise error, and where it differs,",
+        "whether it passes NPBench's own validation against XLA's (its rtol, atol and",
+        "normwise bound for the kernel: 1e-5, 1e-8, 1e-5 unless its bench_info widens",
+        "them; `correct` in the summary counts these); DaCe's outputs are checked",
         "against NumPy's (\"wrong\": a normwise difference above 1e-5, NPBench's bound, and",
         "left out of the DaCe geomean). x64 on.",
         f"Machine: {machine()}; load average at the end "
@@ -306,9 +333,10 @@ def write(rows: list[dict], command: str) -> None:
         "",
         "## Summary",
         "",
-        "| preset | threads | kernels checked OK | geomean hlo2dace/XLA | above 1.5x | "
-        "at or below 1x | geomean DaCe/XLA (kernels it runs) | geomean NumPy/XLA |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| preset | threads | kernels checked OK | correct (NPBench's validation) | "
+        "geomean hlo2dace/XLA | above 1.5x | at or below 1x | "
+        "geomean DaCe/XLA (kernels it runs) | geomean NumPy/XLA |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for preset, threads in settings:
         mine = [r for r in rows if (r["preset"], r["threads"]) == (preset, threads)]
@@ -316,11 +344,13 @@ def write(rows: list[dict], command: str) -> None:
         dace_ratios = [_ratio(r, "dace") for r in mine if _ratio(r, "dace")
                        and r.get("dace_error_vs_numpy", 0) <= 1e-5]
         ok = sum(r.get("verdict") == "OK" for r in mine)
+        correct = sum(r.get("verdict") == "OK" or bool(r.get("npbench_valid")) for r in mine)
         dace = f"{geomean(dace_ratios):.2f} ({len(dace_ratios)})" if dace_ratios else "not run"
         numpy_ratios = [_ratio(r, "numpy") for r in mine if _ratio(r, "numpy")]
         numpy = f"{geomean(numpy_ratios):.2f}" if numpy_ratios else "not run"
         lines.append(
-            f"| {preset} | {threads} | {ok} of {len(mine)} | {geomean(ours):.2f} | "
+            f"| {preset} | {threads} | {ok} of {len(mine)} | {correct} of {len(mine)} | "
+            f"{geomean(ours):.2f} | "
             f"{sum(1 for q in ours if q and q > 1.5)} | {sum(1 for q in ours if q and q <= 1)} "
             f"| {dace} | {numpy} |")
     for preset, threads in settings:
@@ -335,6 +365,9 @@ def write(rows: list[dict], command: str) -> None:
             check = r.get("verdict") or f"error: {r.get('error')}"
             if r.get("verdict") and r.get("normwise_error"):
                 check += f" ({r['normwise_error']:.1e})"
+            if r.get("verdict") == "DIFFERS" and "npbench_valid" in r:
+                check += ", passes NPBench's validation" if r["npbench_valid"] else \
+                    ", fails NPBench's validation"
             dace_note = _ms(r, "dace_s") or ("fails" if r.get("dace_error") else "")
             if r.get("dace_error_vs_numpy", 0) > 1e-5:
                 dace_note += " (wrong)"
