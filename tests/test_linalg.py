@@ -900,6 +900,48 @@ def test_matrix_vector_products_of_one_matrix_read_it_once(case, shape, dtype):
                    for a, b in zip(results[0], other))
 
 
+#: a product of a vector with a matrix (m x n) that an elementwise expression of ``a``, ``b``
+#: computes, and whether the product computes the matrix itself, block by block
+#: (``linalg._computed_matvec``)
+COMPUTED_MATRICES = {
+    "scaled sum (gesummv)": (lambda a, b, x, y: (1.5 * a + 1.2 * b) @ x, True),
+    "rows weighted, a transcendental": (lambda a, b, x, y: y @ jnp.tanh(a - b), True),
+    "vector on the right, transposed contraction": (
+        lambda a, b, x, y: lax.dot_general(x, a * b, (((0,), (1,)), ((), ()))), True),
+    "the matrix read by a reduction too": (
+        lambda a, b, x, y: (lambda c: (c @ x, c.sum()))(a + b), False),
+}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=dtype_id)
+@pytest.mark.parametrize("case", sorted(COMPUTED_MATRICES))
+@pytest.mark.parametrize("shape", [(900, 700), (31, 40)], ids=str)
+def test_a_computed_matrix_times_a_vector_is_never_written(case, shape, dtype):
+    """NPBench's gesummv: a large matrix computed elementwise and read only by a
+    matrix-vector product is computed a block of rows at a time into a buffer that gemv
+    reads while it is in L2, never written whole; NaN and infinities in its inputs
+    propagate as in XLA's product. A small one (in the caches anyway) or one that
+    something else reads is written as before."""
+    fun, computed = COMPUTED_MATRICES[case]
+    m, n = shape
+    args = [operand(dtype, s, seed) for s, seed in (((m, n), 1), ((m, n), 2), ((n,), 3),
+                                                     ((m,), 4))]
+    args[0][m // 2, n // 3] = np.nan
+    args[1][m // 3, :] = np.inf
+    sdfg = hlo2dace.jit(fun).lower(*args).as_sdfg()
+    blocked = [t for t, _ in sdfg.all_nodes_recursive()
+               if isinstance(t, nodes.Tasklet) and t.label.startswith("matvecs")]
+    written = [name for name, array in sdfg.arrays.items()
+               if array.transient and tuple(array.shape) in ((m, n), (m * n,))]
+    large = args[0].nbytes >= linalg.MATVEC_PASS_BYTES
+    assert len(blocked) == int(computed and large), blocked
+    assert bool(written) != bool(blocked), written
+    peak = max(float(np.max(np.abs(leaf[np.isfinite(leaf)]), initial=0.0))
+               for leaf in map(np.asarray, jax.tree_util.tree_leaves(jax.jit(fun)(*args))))
+    assert_matches_jax(fun, *args, rtol=RTOL[np.dtype(dtype)],
+                       atol=64 * float(np.finfo(dtype).eps) * peak)
+
+
 def test_matrix_vector_pairs_without_openblas(monkeypatch, tmp_path):
     """Without OpenBLAS two products of one large matrix are two loop nests."""
     monkeypatch.setattr(linalg, "blas_implementation", lambda: "pure")

@@ -370,6 +370,9 @@ def dot_general(b: Builder, op: ir.Op) -> list[Binding]:
     paired = _paired_matvecs(b, op)
     if paired is not None:
         return [paired]
+    computed = _computed_matvec(b, op)
+    if computed is not None:
+        return [computed]
     lhs, rhs = op.operands
     fields, (lhs_batch, rhs_batch, lhs_contract, rhs_contract) = _dimension_numbers(op)
     if len(lhs_batch) != len(rhs_batch) or len(lhs_contract) != len(rhs_contract):
@@ -704,8 +707,6 @@ def _paired_matvecs(b: Builder, op: ir.Op) -> Array | None:
     matrix = _operand_in_place(b, first.matrix) if second is not None else None
     if matrix is None or matrix.strides != (n, 1) or matrix.element.element != element.element:
         return None
-    from dace.libraries.blas.environments.openblas import OpenBLAS
-
     products = (first, second)
     targets = [b.allocate_result(p.op.result, whole=True) for p in products]
     inputs, outputs = {"__a": Whole(matrix.array)}, {}
@@ -721,12 +722,46 @@ def _paired_matvecs(b: Builder, op: ir.Op) -> Array | None:
             vector, increment = _copy(b, product.vector, [0], None), 1
         inputs[f"__v{k}"] = Whole(vector.array)
         vectors.append((f"__v{k} + {vector.offset}LL", increment))
-    rows_per_block = max(1, min(m, MATVEC_BLOCK_BYTES // (n * element.numpy.itemsize)))
-    blocks = -(-m // rows_per_block)
-    parts = max(1, min(shared_threads(), blocks))
+    block = [f"const {element.storage} * __block = __a + {matrix.offset}LL + __r * {n}LL;"]
+    _blocked_matvecs(b, products, vectors, _RowBlocks.of(m, n, element), block, inputs,
+                     outputs, second.op)
+    b.scope.env[second.op.result.name] = targets[1]
+    return targets[0]
+
+
+@dataclass(frozen=True)
+class _RowBlocks:
+    """How blocked matrix-vector products go over an m x n matrix: blocks of ``rows`` rows
+    (about ``MATVEC_BLOCK_BYTES``, so that a block stays in L2 between the passes over it),
+    ``count`` of them, shared out among ``parts`` threads."""
+
+    m: int
+    n: int
+    rows: int
+    count: int
+    parts: int
+
+    @classmethod
+    def of(cls, m: int, n: int, element: ElementType) -> _RowBlocks:
+        rows = max(1, min(m, MATVEC_BLOCK_BYTES // (n * element.numpy.itemsize)))
+        count = -(-m // rows)
+        return cls(m, n, rows, count, max(1, min(shared_threads(), count)))
+
+
+def _blocked_matvecs(b: Builder, products: Sequence[_Matvec], vectors: list[tuple[str, int]],
+                     blocks: _RowBlocks, block: list[str], inputs: dict, outputs: dict,
+                     origin: ir.Op) -> None:
+    """One tasklet that computes ``products`` (results ``__y<k>``, vectors at ``vectors``:
+    pointer and increment) of one m x n matrix a block of rows at a time, the blocks shared
+    out among the threads: ``block`` are the statements that make ``__block`` point to the
+    rows ``__r`` to ``__r + __rows`` (of thread ``__part``), which each product's gemv then
+    reads in turn. A product that weighs the rows sums each thread's part apart
+    (``__p<k>``) and adds them up after."""
+    m, n, parts = blocks.m, blocks.n, blocks.parts
+    element = dtypes.of(products[0].op.result.type)
     prefix = BLAS_TYPES[element.element]
     code = Writer()
-    with b.emit.at(second.op):
+    with b.emit.at(origin):
         code.line(b.emit.origin())
     for k, product in enumerate(products):
         if not product.rows and parts > 1:  # the weighted rows of each part, summed after
@@ -738,14 +773,12 @@ def _paired_matvecs(b: Builder, op: ir.Op) -> Array | None:
     if parts > 1:
         code.line("#pragma omp parallel for schedule(static)")
     with code.block(f"for (int __part = 0; __part < {parts}; ++__part)"):
-        code.line(f"const int64_t __first = {blocks}LL * __part / {parts} * {rows_per_block};",
-                  f"const int64_t __last = std::min<int64_t>({m}LL, {blocks}LL * (__part + 1) / "
-                  f"{parts} * {rows_per_block});")
-        with code.block(f"for (int64_t __r = __first; __r < __last; __r += {rows_per_block})"):
-            code.line(f"const int __rows = (int)std::min<int64_t>({rows_per_block}, "
-                      "__last - __r);",
-                      f"const {element.storage} * __block = __a + {matrix.offset}LL + __r * "
-                      f"{n}LL;")
+        code.line(f"const int64_t __first = {blocks.count}LL * __part / {parts} * {blocks.rows};",
+                  f"const int64_t __last = std::min<int64_t>({m}LL, {blocks.count}LL * "
+                  f"(__part + 1) / {parts} * {blocks.rows});")
+        with code.block(f"for (int64_t __r = __first; __r < __last; __r += {blocks.rows})"):
+            code.line(f"const int __rows = (int)std::min<int64_t>({blocks.rows}, __last - __r);")
+            code.lines(block)
             for k, (product, (vector, increment)) in enumerate(zip(products, vectors)):
                 if product.rows:
                     code.line(f"cblas_{prefix}gemv(CblasRowMajor, CblasNoTrans, __rows, {n}, "
@@ -762,10 +795,52 @@ def _paired_matvecs(b: Builder, op: ir.Op) -> Array | None:
                 code.line(f"cblas_{prefix}axpy({n}, 1, __p{k} + (__part - 1) * {n}LL, 1, "
                           f"__y{k}, 1);")
     code.line("#ifdef OPENBLAS_VERSION", "openblas_set_num_threads(__blas_threads);", "#endif")
+    from dace.libraries.blas.environments.openblas import OpenBLAS
+
     b.emit.map("matvecs", (), code.text(), inputs, outputs,
                environments=[OpenBLAS.full_class_path()])
-    b.scope.env[second.op.result.name] = targets[1]
-    return targets[0]
+
+
+def _computed_matvec(b: Builder, op: ir.Op) -> Array | None:
+    """``op``'s result, if ``op`` multiplies a vector and a large matrix that an
+    elementwise expression computes and only ``op`` reads (NPBench's gesummv,
+    ``(alpha * A + beta * B) @ x``): the matrix is computed a block of rows at a time into
+    a buffer that stays in L2, which gemv reads from there, so it is never written to
+    memory and read back (XLA writes it: two passes over the matrix of the three)."""
+    product = _Matvec.of(op)
+    if product is None:
+        return None
+    m, n = product.matrix.type.shape
+    element = dtypes.of(op.result.type)
+    binding = b.binding(product.matrix)
+    if (m * n * element.numpy.itemsize < MATVEC_PASS_BYTES or min(m, n) < 2
+            or max(m, n) > BLAS_INT_MAX or blas_implementation() != "OpenBLAS"
+            or not isinstance(binding, Pending) or not binding.unresolved
+            or binding.cluster.closed or product.matrix.name in b.scope.destinations
+            or not b.scope.only_user(product.matrix, op)
+            or product.vector.name == product.matrix.name):
+        return None
+    reads, lines, (expression,) = b.pointer_reads([product.matrix], ["__r + __i", "__j"], op)
+    if "__in0" in reads:  # not computed here after all: its array was written
+        return None
+    vector = _operand_in_place(b, product.vector)
+    increment = vector and _increment(vector.strides[0])
+    if increment is None or vector.element.element != element.element:
+        vector, increment = _copy(b, product.vector, [0], None), 1
+    target = b.allocate_result(op.result, whole=True)
+    blocks = _RowBlocks.of(m, n, element)
+    buffer = b.emit.add_array("matvec_block", ir.TensorType(
+        (blocks.parts * blocks.rows * n,), element.element))
+    fill = Writer()
+    fill.line(f"{element.storage} * __block = __buffer + __part * {blocks.rows * n}LL;")
+    with fill.loops(Loop("__i", "0", "__rows"), Loop("__j", "0", str(n))):
+        fill.lines(lines)
+        fill.line(f"__block[__i * {n}LL + __j] = {element.store(expression)};")
+    inputs = {**reads, "__v0": Whole(vector.array)}
+    outputs = {"__y0": Whole(target), "__buffer": Whole(buffer)}
+    _blocked_matvecs(b, [product], [(f"__v0 + {vector.offset}LL", increment)], blocks,
+                     fill.text().splitlines(), inputs, outputs, op)
+    return target
 
 
 def _skinny_gemm(code: Writer, m: int, n: int, parts: int, a: tuple[bool, int],
