@@ -817,8 +817,7 @@ def _computed_matvec(b: Builder, op: ir.Op) -> Array | None:
             or max(m, n) > BLAS_INT_MAX or blas_implementation() != "OpenBLAS"
             or not isinstance(binding, Pending) or not binding.unresolved
             or binding.cluster.closed or product.matrix.name in b.scope.destinations
-            or not b.scope.only_user(product.matrix, op)
-            or product.vector.name == product.matrix.name):
+            or not b.scope.only_user(product.matrix, op)):
         return None
     reads, lines, (expression,) = b.pointer_reads([product.matrix], ["__r + __i", "__j"], op)
     if "__in0" in reads:  # not computed here after all: its array was written
