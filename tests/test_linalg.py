@@ -900,29 +900,36 @@ def test_matrix_vector_products_of_one_matrix_read_it_once(case, shape, dtype):
                    for a, b in zip(results[0], other))
 
 
+def _long_expression(a, b):
+    """More ops than a reader may recompute (``Builder.absorb``): the matrix is written."""
+    for _ in range(60):
+        a = a * 1.0001 + b
+    return a
+
+
 #: a product of a vector with a matrix (m x n) that an elementwise expression of ``a``, ``b``
-#: computes, and whether the product computes the matrix itself, block by block
-#: (``linalg._computed_matvec``)
+#: computes, and what becomes of the matrix when it is large: computed block by block by
+#: the product (``linalg._computed_matvec``), written whole, or never written because
+#: BLAS's alpha scales a matrix that is written already (``linalg._scaled_operand``)
 COMPUTED_MATRICES = {
-    "scaled sum (gesummv)": (lambda a, b, x, y: (1.5 * a + 1.2 * b) @ x, True),
-    "rows weighted, a transcendental": (lambda a, b, x, y: y @ jnp.tanh(a - b), True),
-    "vector on the right, transposed contraction": (
-        lambda a, b, x, y: lax.dot_general(x, a * b, (((0,), (1,)), ((), ()))), True),
+    "scaled sum (gesummv)": (lambda a, b, x, y: (1.5 * a + 1.2 * b) @ x, "blocked"),
+    "rows weighted, a transcendental": (lambda a, b, x, y: y @ jnp.tanh(a - b), "blocked"),
+    "vector first, rows dotted with it": (
+        lambda a, b, x, y: lax.dot_general(x, a * b, (((0,), (1,)), ((), ()))), "blocked"),
+    "a reversed vector": (lambda a, b, x, y: (a - b) @ x[::-1], "blocked"),
     "the matrix read by a reduction too": (
-        lambda a, b, x, y: (lambda c: (c @ x, c.sum()))(a + b), False),
+        lambda a, b, x, y: (lambda c: (c @ x, c.sum()))(a + b), "written"),
+    "too long an expression to recompute": (
+        lambda a, b, x, y: _long_expression(a, b) @ x, "written"),
+    "a scalar times an argument (BLAS's alpha)": (lambda a, b, x, y: (2.5 * a) @ x, "folded"),
 }
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=dtype_id)
-@pytest.mark.parametrize("case", sorted(COMPUTED_MATRICES))
-@pytest.mark.parametrize("shape", [(900, 700), (31, 40)], ids=str)
-def test_a_computed_matrix_times_a_vector_is_never_written(case, shape, dtype):
-    """NPBench's gesummv: a large matrix computed elementwise and read only by a
-    matrix-vector product is computed a block of rows at a time into a buffer that gemv
-    reads while it is in L2, never written whole; NaN and infinities in its inputs
-    propagate as in XLA's product. A small one (in the caches anyway) or one that
-    something else reads is written as before."""
-    fun, computed = COMPUTED_MATRICES[case]
+def _computed_matrix_case(case, shape, dtype):
+    """The function, its arguments (NaN and infinities among them) and what became of
+    the matrix: "blocked" (a ``matvecs`` tasklet), "written" (an array of its size; the
+    buffer of the blocks is never that size for these shapes), or "folded" (neither)."""
+    fun, _ = COMPUTED_MATRICES[case]
     m, n = shape
     args = [operand(dtype, s, seed) for s, seed in (((m, n), 1), ((m, n), 2), ((n,), 3),
                                                      ((m,), 4))]
@@ -933,13 +940,54 @@ def test_a_computed_matrix_times_a_vector_is_never_written(case, shape, dtype):
                if isinstance(t, nodes.Tasklet) and t.label.startswith("matvecs")]
     written = [name for name, array in sdfg.arrays.items()
                if array.transient and tuple(array.shape) in ((m, n), (m * n,))]
-    large = args[0].nbytes >= linalg.MATVEC_PASS_BYTES
-    assert len(blocked) == int(computed and large), blocked
-    assert bool(written) != bool(blocked), written
+    assert not (blocked and written), (blocked, written)
+    return fun, args, "blocked" if blocked else "written" if written else "folded"
+
+
+def _assert_product_matches_jax(fun, args, dtype):
+    """XLA's results up to the order of the sums: within 64 ulps of the largest finite."""
     peak = max(float(np.max(np.abs(leaf[np.isfinite(leaf)]), initial=0.0))
                for leaf in map(np.asarray, jax.tree_util.tree_leaves(jax.jit(fun)(*args))))
     assert_matches_jax(fun, *args, rtol=RTOL[np.dtype(dtype)],
                        atol=64 * float(np.finfo(dtype).eps) * peak)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=dtype_id)
+@pytest.mark.parametrize("case", sorted(COMPUTED_MATRICES))
+@pytest.mark.parametrize("shape", [(900, 700), (31, 40)], ids=str)
+def test_a_computed_matrix_times_a_vector_is_never_written(case, shape, dtype):
+    """NPBench's gesummv: a large matrix computed elementwise and read only by a
+    matrix-vector product is computed a block of rows at a time into a buffer that gemv
+    reads while it is in L2, never written whole; NaN and infinities in its inputs
+    propagate as in XLA's product. A small one (in the caches anyway), one that something
+    else reads or that takes too many ops to recompute is written as before, and a scalar
+    times an argument goes to BLAS's alpha."""
+    fun, args, became = _computed_matrix_case(case, shape, dtype)
+    large = args[0].nbytes >= linalg.MATVEC_PASS_BYTES
+    expected = COMPUTED_MATRICES[case][1]
+    assert became == (expected if large else "written")
+    _assert_product_matches_jax(fun, args, dtype)
+
+
+@pytest.mark.parametrize("case", ["rows weighted, a transcendental",
+                                  "vector first, rows dotted with it"])
+def test_a_computed_matrix_shared_out_in_parts(case, monkeypatch, tmp_path):
+    """Built for three threads, the blocks of a computed matrix are three parts, each with
+    its own buffer (and, where rows are weighted, its own partial sums): XLA's results on
+    this machine's threads, the same bits on every call."""
+    monkeypatch.setattr(linalg, "shared_threads", lambda: 3)
+    monkeypatch.setenv("HLO2DACE_CACHE_DIR", str(tmp_path))
+    fun, args, became = _computed_matrix_case(case, (900, 700), np.float64)
+    assert became == "blocked"
+    code = next(t.code.as_string for t, _ in hlo2dace.jit(fun).lower(*args).as_sdfg()
+                .all_nodes_recursive()
+                if isinstance(t, nodes.Tasklet) and t.label.startswith("matvecs"))
+    assert "__part < 3" in code
+    _assert_product_matches_jax(fun, args, np.float64)
+    compiled = hlo2dace.jit(fun).lower(*args).compile()
+    first = np.asarray(compiled(*args))
+    assert all(np.array_equal(first, np.asarray(compiled(*args)), equal_nan=True)
+               for _ in range(4))
 
 
 def test_matrix_vector_pairs_without_openblas(monkeypatch, tmp_path):

@@ -670,9 +670,12 @@ class _Matvec:
 
 
 #: a row-major matrix of at least this many bytes that two matrix-vector products read
-#: is read once for both (``_paired_matvecs``); a smaller one stays in the caches
+#: is read once for both (``_paired_matvecs``), and one that an elementwise expression
+#: computes for one such product is never written whole (``_computed_matvec``); a smaller
+#: one stays in the caches
 MATVEC_PASS_BYTES = 1 << 21
-#: the rows that both products read in turn are about this many bytes (they stay in L2)
+#: the rows that both products read in turn, or that the computed matrix's buffer holds,
+#: are about this many bytes (they stay in L2)
 MATVEC_BLOCK_BYTES = 1 << 19
 
 
@@ -750,19 +753,21 @@ class _RowBlocks:
 
 def _blocked_matvecs(b: Builder, products: Sequence[_Matvec], vectors: list[tuple[str, int]],
                      blocks: _RowBlocks, block: list[str], inputs: dict, outputs: dict,
-                     origin: ir.Op) -> None:
+                     origin: ir.Op | None = None) -> None:
     """One tasklet that computes ``products`` (results ``__y<k>``, vectors at ``vectors``:
     pointer and increment) of one m x n matrix a block of rows at a time, the blocks shared
     out among the threads: ``block`` are the statements that make ``__block`` point to the
     rows ``__r`` to ``__r + __rows`` (of thread ``__part``), which each product's gemv then
     reads in turn. A product that weighs the rows sums each thread's part apart
-    (``__p<k>``) and adds them up after."""
+    (``__p<k>``) and adds them up after. ``origin``: a later op that the tasklet computes
+    too, named in its code for the profiler."""
     m, n, parts = blocks.m, blocks.n, blocks.parts
     element = dtypes.of(products[0].op.result.type)
     prefix = BLAS_TYPES[element.element]
     code = Writer()
-    with b.emit.at(origin):
-        code.line(b.emit.origin())
+    if origin is not None:
+        with b.emit.at(origin):
+            code.line(b.emit.origin())
     for k, product in enumerate(products):
         if not product.rows and parts > 1:  # the weighted rows of each part, summed after
             partial = b.emit.add_array("matvec_part", ir.TensorType((parts - 1, n),
@@ -806,9 +811,11 @@ def _computed_matvec(b: Builder, op: ir.Op) -> Array | None:
     elementwise expression computes and only ``op`` reads (NPBench's gesummv,
     ``(alpha * A + beta * B) @ x``): the matrix is computed a block of rows at a time into
     a buffer that stays in L2, which gemv reads from there, so it is never written to
-    memory and read back (XLA writes it: two passes over the matrix of the three)."""
+    memory and read back (XLA writes it: two passes over the matrix of the three). Not a
+    scalar times a matrix already written: BLAS's alpha scales that (``_scaled_operand``),
+    reading the matrix where it lies."""
     product = _Matvec.of(op)
-    if product is None:
+    if product is None or _scales_written(b, product.matrix):
         return None
     m, n = product.matrix.type.shape
     element = dtypes.of(op.result.type)
@@ -838,8 +845,21 @@ def _computed_matvec(b: Builder, op: ir.Op) -> Array | None:
     inputs = {**reads, "__v0": Whole(vector.array)}
     outputs = {"__y0": Whole(target), "__buffer": Whole(buffer)}
     _blocked_matvecs(b, [product], [(f"__v0 + {vector.offset}LL", increment)], blocks,
-                     fill.text().splitlines(), inputs, outputs, op)
+                     fill.text().splitlines(), inputs, outputs)
     return target
+
+
+def _scales_written(b: Builder, value: ir.Value) -> bool:
+    """Whether ``value`` is a broadcast scalar times a value already in an array."""
+    producer = b.scope.producers.get(value.name)
+    if producer is None or producer.name != "stablehlo.multiply":
+        return False
+    for factor, other in (producer.operands, producer.operands[::-1]):
+        matrix = b.binding(other)
+        if _broadcast_scalar(b, factor) is not None and not (
+                matrix.is_pending and matrix.pending.unresolved):
+            return True
+    return False
 
 
 def _skinny_gemm(code: Writer, m: int, n: int, parts: int, a: tuple[bool, int],
