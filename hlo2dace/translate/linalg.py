@@ -719,10 +719,7 @@ def _paired_matvecs(b: Builder, op: ir.Op) -> Array | None:
         if product.vector.name == op.result.name:
             vectors.append(("__y0", 1))
             continue
-        vector = _operand_in_place(b, product.vector)
-        increment = vector and _increment(vector.strides[0])
-        if increment is None or vector.element.element != element.element:
-            vector, increment = _copy(b, product.vector, [0], None), 1
+        vector, increment = _vector_operand(b, product.vector, element)
         inputs[f"__v{k}"] = Whole(vector.array)
         vectors.append((f"__v{k} + {vector.offset}LL", increment))
     block = [f"const {element.storage} * __block = __a + {matrix.offset}LL + __r * {n}LL;"]
@@ -730,6 +727,17 @@ def _paired_matvecs(b: Builder, op: ir.Op) -> Array | None:
                      outputs, second.op)
     b.scope.env[second.op.result.name] = targets[1]
     return targets[0]
+
+
+def _vector_operand(b: Builder, value: ir.Value, element: ElementType
+                    ) -> tuple[Operand, int]:
+    """A gemv's vector ``value`` and its increment: read where it lies if it is strided
+    and of the product's type, else copied contiguous."""
+    vector = _operand_in_place(b, value)
+    increment = vector and _increment(vector.strides[0])
+    if increment is None or vector.element.element != element.element:
+        return _copy(b, value, [0], None), 1
+    return vector, increment
 
 
 @dataclass(frozen=True)
@@ -829,10 +837,7 @@ def _computed_matvec(b: Builder, op: ir.Op) -> Array | None:
     reads, lines, (expression,) = b.pointer_reads([product.matrix], ["__r + __i", "__j"], op)
     if "__in0" in reads:  # not computed here after all: its array was written
         return None
-    vector = _operand_in_place(b, product.vector)
-    increment = vector and _increment(vector.strides[0])
-    if increment is None or vector.element.element != element.element:
-        vector, increment = _copy(b, product.vector, [0], None), 1
+    vector, increment = _vector_operand(b, product.vector, element)
     target = b.allocate_result(op.result, whole=True)
     blocks = _RowBlocks.of(m, n, element)
     buffer = b.emit.add_array("matvec_block", ir.TensorType(
