@@ -14,7 +14,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from . import ir, mpi, optimize, runtime, sharded, symbolic
+from . import ir, mpi, runtime, sharded, symbolic
 from .arguments import (
     ARRAY_TYPES,
     LEAF_TYPES,
@@ -33,6 +33,8 @@ from .frontend.normalize import NormalizedModule, normalize, specialise
 from .frontend.parser import GRAMMAR_PATH, parse_module
 from .frontend.sink import sink_constants
 from .frontend.xla_rewrites import xla_rewrites
+from .machine import Machine
+from .pipeline import Options
 from .progress import collector_paused, stage
 
 
@@ -48,7 +50,9 @@ def translator_fingerprint() -> str:
     digest = hashlib.sha256()
     files = sorted([package / "ir.py", package / "runtime.py", package / "sdfg_build.py",
                     package / "cpp_split.py", package / "sdfg_repeats.py", GRAMMAR_PATH,
-                    *(package / "frontend").glob("*.py"), *(package / "translate").glob("*.*")])
+                    package / "pipeline.py", package / "machine.py",
+                    *(package / "frontend").glob("*.py"), *(package / "translate").glob("*.*"),
+                    *(package / "plan").glob("*.py"), *(package / "sdfg_passes").glob("*.py")])
     for path in files:
         digest.update(path.read_bytes())
     return digest.hexdigest()
@@ -58,15 +62,18 @@ class Lowered:
     """A module on its way to machine code: its StableHLO text, its SDFG, its binary."""
 
     def __init__(self, normalized: NormalizedModule, name: str = "program",
-                 entry: str | None = None, optimize: str | None = None,
+                 entry: str | None = None, optimize: Options | str | None = None,
                  partitioned: sharded.Partitioned | None = None):
         self._normalized = normalized
         self._name = name
         self._entry = entry
         #: for a program over several devices: how its arrays are cut (``sharded.py``)
         self.partitioned = partitioned
-        #: the optimisation level (``hlo2dace.optimize``)
-        self.level = _level(optimize)
+        #: the optimisation level, the passes switched off, the machine (``pipeline.py``)
+        self.options = Options.of(optimize).resolved()
+        #: the passes this module's compilation runs
+        self.pipeline = self.options.pipeline()
+        self.level = self.pipeline.level
         self._module: ir.Module | None = None
         self._translation = None
         self._symbols: tuple[symbolic.SymbolSource, ...] | None = None
@@ -88,7 +95,8 @@ class Lowered:
     def key(self) -> str:
         return runtime.cache_key(self._normalized.digest, self._entry or "",
                                  translator_fingerprint(), self.level.name,
-                                 self.level.cpu_flags)
+                                 self.level.cpu_flags, self.pipeline.key,
+                                 self.options.machine.key())
 
     def as_text(self) -> str:
         """The normalised StableHLO module, in MLIR's generic op form."""
@@ -110,9 +118,12 @@ class Lowered:
 
                     if main is not None and symbolic.has_dynamic_types(main):
                         module, signature = symbolic.refine(module, self._entry)
+                    context = self.options.context()
+                    module = self.pipeline.plan(module, context)
                     builder = Builder(module, self._name, self._entry, optimize=self.level,
-                                      signature=signature)
+                                      signature=signature, machine=context.machine)
                     sdfg = builder.build()
+                    self.pipeline.transform(sdfg, context)
             except symbolic.NeedsSpecialisation as exc:
                 if signature is not None and not exc.signature.symbols:
                     exc.signature = signature  # raised by a translator, after refine
@@ -157,7 +168,7 @@ class Lowered:
                 with stage("C++ build"):
                     program = runtime.build(sdfg, self.key, arguments, results, constants,
                                             self.level.cpu_flags, symbols, checks,
-                                            process_values)
+                                            process_values, self.pipeline.code_passes)
         return Compiled(program, self)
 
     def compile_uncached(self, folder, adjust: Callable[[Any], None]) -> Compiled:
@@ -176,7 +187,7 @@ class Lowered:
         adjust(sdfg)
         with stage("C++ build"):
             program = runtime.build_uncached(sdfg, folder, arguments, results, constants,
-                                             self.level.cpu_flags)
+                                             self.level.cpu_flags, self.pipeline.code_passes)
         return Compiled(program, self)
 
     def symbols(self) -> tuple[symbolic.SymbolSource, ...]:
@@ -212,7 +223,7 @@ class Lowered:
     def specialised(self, types: Sequence[ir.TensorType]) -> Lowered:
         """This module with its entry function's argument types made ``types``."""
         return Lowered(specialise(self._normalized, [str(t) for t in types]), self._name,
-                       self._entry, self.level.name)
+                       self._entry, self.options)
 
 
 class SpecialisingProgram:
@@ -294,7 +305,7 @@ class Compiled:
 
 
 def lower_text(source: Any, name: str = "program", entry: str | None = None,
-               optimize: str | None = None) -> Lowered:
+               optimize: Options | str | None = None) -> Lowered:
     """``source``: anything the frontend accepts (text, bytes, path, Lowered, Exported);
     ``entry``: the function to compile (default: ``main``, or the only public function);
     ``optimize``: "none", "default" or "aggressive" (see ``hlo2dace.optimize``). A module
@@ -307,18 +318,11 @@ def lower_text(source: Any, name: str = "program", entry: str | None = None,
     return Lowered(normalize(source), name, entry, optimize)
 
 
-def compile_text(source: Any, optimize: str | None = None) -> Compiled:
+def compile_text(source: Any, optimize: Options | str | None = None) -> Compiled:
     """Compile a StableHLO module (text in pretty or generic form, MLIR bytecode, a portable
     artifact, ``Exported.serialize()`` bytes, a ``jax.export.Exported`` or a
     ``jax.stages.Lowered``) into a callable, at the optimisation level ``optimize``."""
     return lower_text(source, optimize=optimize).compile()
-
-
-def _level(name: str | None) -> optimize.Level:
-    try:
-        return optimize.level(name)
-    except ValueError as exc:
-        raise ArgumentError(str(exc)) from None
 
 
 # ---------------------------------------------------------------------------- jit
@@ -346,7 +350,7 @@ class JitFunction:
     """``hlo2dace.jit(f)``: calls ``f`` through StableHLO and DaCe-compiled code."""
 
     def __init__(self, fun: Callable, static_argnums: Sequence[int] = (),
-                 static_argnames: Sequence[str] = (), optimize: str | None = None,
+                 static_argnames: Sequence[str] = (), optimize: Options | str | None = None,
                  polymorphic_shapes: Any = None, donate_argnums: Sequence[int] = (),
                  in_shardings: Any = None, out_shardings: Any = None):
         import jax
@@ -355,7 +359,8 @@ class JitFunction:
         #: arguments whose buffers a result may take inside jax.jit (``interop.py``)
         self.donate_argnums = (donate_argnums,) if isinstance(donate_argnums, int) \
             else tuple(donate_argnums)
-        self._optimize = _level(optimize).name
+        #: the level, the passes switched off, the machine (``pipeline.Options``)
+        self._optimize = Options.of(optimize).resolved()
         #: ``jax.export``'s shape specifications of the positional arguments, or None
         self._polymorphic_shapes = polymorphic_shapes
         self._polymorphic: dict = {}
@@ -508,7 +513,7 @@ class JitLowered(Lowered):
     """A lowering by ``hlo2dace.jit``: also knows how to rebuild the Python results."""
 
     def __init__(self, normalized: NormalizedModule, name: str, results: Results,
-                 optimize: str | None = None,
+                 optimize: Options | str | None = None,
                  partitioned: sharded.Partitioned | None = None):
         super().__init__(normalized, name, optimize=optimize, partitioned=partitioned)
         self.results = results
@@ -517,7 +522,8 @@ class JitLowered(Lowered):
 def jit(fun: Callable | None = None, *, static_argnums: Sequence[int] = (),
         static_argnames: Sequence[str] = (), optimize: str | None = None,
         polymorphic_shapes: Any = None, donate_argnums: Sequence[int] = (),
-        in_shardings: Any = None, out_shardings: Any = None):
+        in_shardings: Any = None, out_shardings: Any = None,
+        disable_passes: Sequence[str] = (), machine: Machine | None = None):
     """A drop-in for ``jax.jit`` whose compiled code is generated by DaCe. ``optimize``:
     "none", "default" or "aggressive" (see ``hlo2dace.optimize``; default:
     ``$HLO2DACE_OPTIMIZE``, else "default"). ``polymorphic_shapes``: the specifications
@@ -526,14 +532,18 @@ def jit(fun: Callable | None = None, *, static_argnums: Sequence[int] = (),
     ``jax.jit``, results may be written into these arguments' buffers where the program
     provably can (``interop.py``); a direct call leaves its arguments as they are.
     ``in_shardings``/``out_shardings``: as ``jax.jit``'s; a program over a mesh of ``n``
-    devices runs as ``n`` MPI ranks (``sharded.py``, docs/distributed.md)."""
+    devices runs as ``n`` MPI ranks (``sharded.py``, docs/distributed.md).
+    ``disable_passes``: passes of the pipeline not to run (``hlo2dace passes`` lists them);
+    ``machine``: the machine model to tune for (``hlo2dace.machine``; default: this one)."""
+    options = Options(optimize, tuple(disable_passes), machine)
     if fun is None:
         return functools.partial(jit, static_argnums=static_argnums,
                                  static_argnames=static_argnames, optimize=optimize,
                                  polymorphic_shapes=polymorphic_shapes,
                                  donate_argnums=donate_argnums, in_shardings=in_shardings,
-                                 out_shardings=out_shardings)
-    return JitFunction(fun, static_argnums, static_argnames, optimize, polymorphic_shapes,
+                                 out_shardings=out_shardings, disable_passes=disable_passes,
+                                 machine=machine)
+    return JitFunction(fun, static_argnums, static_argnames, options, polymorphic_shapes,
                        donate_argnums, in_shardings, out_shardings)
 
 

@@ -69,20 +69,28 @@ def _cores() -> int:
 
 
 def program_files(code: str, program: str, parts: int | None = None,
-                  functions: Sequence[str] = ()) -> Split:
+                  functions: Sequence[str] = (), independent: bool = True,
+                  restrict: bool = True) -> Split:
     """``code`` (DaCe's file for the program named ``program``) split as ``split`` does
-    where it can, each function's state pointers restricted (``restrict_state_pointers``),
-    with the definitions ``functions`` (the scopes it calls: ``outlined_functions``)."""
-    code = independent_loops(code)
-    functions = [independent_loops(function) for function in functions]
+    where it can, with the definitions ``functions`` (the scopes it calls:
+    ``outlined_functions``); with ``independent``, loops marked so made ``ivdep``
+    (``independent_loops``); with ``restrict``, each function's state pointers restricted
+    (``restrict_state_pointers``)."""
+    if independent:
+        code = independent_loops(code)
+        functions = [independent_loops(function) for function in functions]
+
+    def restricted(text: str, function: str) -> str:
+        return restrict_state_pointers(text, [function]) if restrict else text
+
     cut = split(code, program, parts, functions)
     if cut is None or not cut.parts:
         whole = code if cut is None else cut.main
         if cut is None and functions:
             at = whole.find(f"void __program_{program}_internal(")
             whole = whole[:at] + _declarations(functions) + "".join(functions) + whole[at:]
-        return Split(restrict_state_pointers(whole, [f"__program_{program}_internal"]), ())
-    return Split(cut.main, tuple(restrict_state_pointers(part, [f"__h2d_part{k}_{program}"])
+        return Split(restricted(whole, f"__program_{program}_internal"), ())
+    return Split(cut.main, tuple(restricted(part, f"__h2d_part{k}_{program}")
                                  for k, part in enumerate(cut.parts)))
 
 

@@ -672,9 +672,10 @@ def _checked_meta(folder: Path) -> dict:
 
 def build(sdfg: Any, key: str, arguments: Sequence[TensorSpec], results: Sequence[TensorSpec],
           constants: dict[str, np.ndarray], cpu_flags: str, symbols: Sequence[dict] = (),
-          checks: Sequence[dict] = (), process_values: dict[str, dict] | None = None
-          ) -> Program:
-    """Compile ``sdfg`` with the C++ flags ``cpu_flags`` into the cache entry ``key`` (or
+          checks: Sequence[dict] = (), process_values: dict[str, dict] | None = None,
+          code_passes: frozenset[str] | None = None) -> Program:
+    """Compile ``sdfg`` with the C++ flags ``cpu_flags`` and the code stage's passes
+    ``code_passes`` (``sdfg_build.CODE_PASSES``; None: all) into the cache entry ``key`` (or
     load it if another process did). ``symbols``: how to read each symbol from the
     arguments (name, argument, dim); ``checks``: conditions on them (see
     ``SymbolicProgram``); ``process_values``: hidden 64-bit arguments each process binds
@@ -688,11 +689,11 @@ def build(sdfg: Any, key: str, arguments: Sequence[TensorSpec], results: Sequenc
     needed = _MIN_FREE_BYTES + sum(c.nbytes for c in constants.values())
     try:
         return _build_in(root, needed, sdfg, key, arguments, results, constants, cpu_flags,
-                         symbols, checks, process_values)
+                         symbols, checks, process_values, code_passes)
     except _Untrusted as exc:  # made just now, in a folder that another user could write
         root = _replace(configured, str(exc), stacklevel=3)
         return _build_in(root, needed, sdfg, key, arguments, results, constants, cpu_flags,
-                         symbols, checks, process_values)
+                         symbols, checks, process_values, code_passes)
     except (OSError, CompilationError) as exc:
         if root != configured or not _unwritable(exc):
             raise _as_compilation_error(exc) from exc
@@ -703,7 +704,7 @@ def build(sdfg: Any, key: str, arguments: Sequence[TensorSpec], results: Sequenc
                   stacklevel=2)
     try:
         return _build_in(fallback, needed, sdfg, key, arguments, results, constants,
-                         cpu_flags, symbols, checks, process_values)
+                         cpu_flags, symbols, checks, process_values, code_passes)
     except OSError as exc:
         raise _as_compilation_error(exc) from exc
 
@@ -732,7 +733,7 @@ def _as_compilation_error(exc: Exception) -> CompilationError:
 def _build_in(root: Path, needed: int, sdfg: Any, key: str, arguments: Sequence[TensorSpec],
               results: Sequence[TensorSpec], constants: dict[str, np.ndarray],
               cpu_flags: str, symbols: Sequence[dict], checks: Sequence[dict],
-              process_values: dict[str, dict]) -> Program:
+              process_values: dict[str, dict], code_passes: frozenset[str] | None) -> Program:
     """``build`` in the cache folder ``root``; OSError if ``root`` cannot be written or
     has less than ``needed`` bytes free."""
     if not root.exists():
@@ -752,7 +753,7 @@ def _build_in(root: Path, needed: int, sdfg: Any, key: str, arguments: Sequence[
             sdfg.name = f"h2d_{key[:16]}"
             # read before the build, which changes the SDFG
             in_place, parallel = _in_place(sdfg, arguments, results), has_parallel_regions(sdfg)
-            signature = _compile(sdfg, staging / "build", cpu_flags)
+            signature = _compile(sdfg, staging / "build", cpu_flags, code_passes)
             # the object files (named after the staging folder) serve no later build
             shutil.rmtree(staging / "build" / "build" / "CMakeFiles", ignore_errors=True)
             np.savez(staging / "constants.npz", **constants)
@@ -779,7 +780,8 @@ def _build_in(root: Path, needed: int, sdfg: Any, key: str, arguments: Sequence[
     return program
 
 
-def _compile(sdfg: Any, build_folder: Path, cpu_flags: str) -> Any:
+def _compile(sdfg: Any, build_folder: Path, cpu_flags: str,
+             code_passes: frozenset[str] | None = None) -> Any:
     """DaCe's code generation and C++ build of ``sdfg`` in ``build_folder``
     (``sdfg_build.build``); returns the SDFG that loads the library (its signature)."""
     import dace
@@ -788,7 +790,7 @@ def _compile(sdfg: Any, build_folder: Path, cpu_flags: str) -> Any:
     dace.Config.set("compiler", "cpu", "args", value=cpu_flags)
     try:
         with folders.dace_build_environment():
-            return sdfg_build.build(sdfg, build_folder)
+            return sdfg_build.build(sdfg, build_folder, passes=code_passes)
     except Exception as exc:
         raise CompilationError(f"DaCe could not compile the translated program: "
                                f"{type(exc).__name__}: {exc}") from exc
@@ -796,13 +798,13 @@ def _compile(sdfg: Any, build_folder: Path, cpu_flags: str) -> Any:
 
 def build_uncached(sdfg: Any, folder: Path, arguments: Sequence[TensorSpec],
                    results: Sequence[TensorSpec], constants: dict[str, np.ndarray],
-                   cpu_flags: str) -> Program:
+                   cpu_flags: str, code_passes: frozenset[str] | None = None) -> Program:
     """Compile ``sdfg`` (sizes known) into ``folder``, a private folder of the caller's,
     outside the cache, and load it: for programs that write files beside their binary,
     such as the profiler's instrumented builds (DaCe writes their reports into
     ``<folder>/build/perf``, a path it compiles into the code)."""
     parallel = has_parallel_regions(sdfg)  # before the build, which changes the SDFG
-    signature = _compile(sdfg, folder / "build", cpu_flags)
+    signature = _compile(sdfg, folder / "build", cpu_flags, code_passes)
     return Program(compiled_sdfg.load(folder / "build", sdfg=signature), arguments, results,
                    constants, folder, built=True, parallel=parallel)
 

@@ -42,11 +42,27 @@ def validating() -> bool:
             or logging.getLogger("hlo2dace").isEnabledFor(logging.DEBUG))
 
 
-def build(sdfg: Any, folder: Path, parts: int | None = None) -> Any:
+def outline_repeated_maps(sdfg: Any) -> list[str]:
+    """Map scopes that repeat (a model's layers, unrolled) are generated once, as functions
+    that each occurrence calls (``sdfg_repeats``): the C++ compiler sees each once."""
+    return _outline_repeats(sdfg)
+
+
+#: the code stage's passes (``pipeline.py``), by name: what each does to the C++
+CODE_PASSES = {
+    "outline_repeated_maps": outline_repeated_maps,
+    "independent_loops": cpp_split.independent_loops,
+    "restrict_state_pointers": cpp_split.restrict_state_pointers,
+}
+
+
+def build(sdfg: Any, folder: Path, parts: int | None = None,
+          passes: frozenset[str] | None = None) -> Any:
     """Generate ``sdfg``'s code into ``folder`` (its build folder), split into ``parts``
     translation units (None: by size, ``cpp_split``) and compile it into a library;
-    returns the SDFG that loads it (``signature_sdfg``). Code generation changes ``sdfg``
-    (DaCe fills in types, schedules and storage): the caller gives it up. DaCe's settings
+    returns the SDFG that loads it (``signature_sdfg``). ``passes``: the code stage's
+    passes to run (``CODE_PASSES``; None: all). Code generation changes ``sdfg`` (DaCe
+    fills in types, schedules and storage): the caller gives it up. DaCe's settings
     (flags, build caches) are the caller's."""
     from dace.codegen import codegen, compiler
 
@@ -56,11 +72,15 @@ def build(sdfg: Any, folder: Path, parts: int | None = None) -> Any:
     with stage("code generation") as generation:
         sdfg.build_folder = str(folder)
         sdfg.fill_scope_connectors()
-        functions = _outline_repeats(sdfg)
+        passes = frozenset(CODE_PASSES) if passes is None else passes
+        functions = _outline_repeats(sdfg) if "outline_repeated_maps" in passes else []
         objects = codegen.generate_code(sdfg, validate=False)
         frame = next(o for o in objects if o.title == "Frame")
         signature = signature_sdfg(sdfg, frame.clean_code)
-        split = cpp_split.program_files(frame.clean_code, sdfg.name, parts, functions)
+        split = cpp_split.program_files(
+            frame.clean_code, sdfg.name, parts, functions,
+            independent="independent_loops" in passes,
+            restrict="restrict_state_pointers" in passes)
         frame.code = split.main
         for k, code in enumerate(split.parts):
             part = copy.copy(frame)
@@ -187,7 +207,7 @@ def _writes_in_place(sdfg: Any, readers: list, writers: list) -> bool:
 def _own_element(sdfg: Any, memlet: Any, the_map: Any) -> bool:
     """Whether ``memlet`` accesses, at each point of ``the_map``, the element of its array
     at that point's row-major position in the map (``x[__i0, __i1]``, or the same element
-    of a map whose loops ``emitter.collapse_short_rows`` made one)."""
+    of a map whose loops the ``collapse_short_rows`` pass made one)."""
     import sympy
 
     array = sdfg.arrays[memlet.data]

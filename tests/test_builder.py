@@ -36,7 +36,7 @@ def test_elementwise_chain_is_one_map_with_literals_and_broadcast_memlets():
     sdfg = hlo2dace.jit(equation_like, optimize="default").lower(t, s, p).as_sdfg()
     maps = _maps(sdfg)
     # the profile is scaled once over its own 1x6 shape, then read through a broadcast by
-    # a map whose rows of 6 run as one loop (emitter.collapse_short_rows: enough work per
+    # a map whose rows of 6 run as one loop (the collapse_short_rows pass: enough work per
     # gathered element)
     assert sorted(str(m.map.range) for m in maps) == ["0, 0:6", "0:24"], maps
     assert sorted(list(m.map.params) for m in maps) == [["__i0", "__i1"], ["__i1"]]

@@ -601,7 +601,7 @@ def test_short_rows_run_as_one_loop(dtype):
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int32], ids=dtype_id)
 def test_tiny_rows_of_slices_run_the_longer_loop_innermost(dtype):
-    """A map whose innermost loop is at most ``emitter.TINY_ROW`` long and whose arrays are
+    """A map whose innermost loop is at most ``machine.tiny_row`` long and whose arrays are
     not contiguous across the loop around it (slices of columns of 4, as pyhpc's
     isoneutral at 4,096 points: 32 x 32 x 4), written into a window of a larger array,
     runs the longer loop innermost so that it vectorises, and says that its iterations

@@ -75,13 +75,14 @@ def test_results_do_not_depend_on_the_thread_count():
 def test_short_leading_dimensions_are_shared_out(shape):
     """A parallel map whose first dimensions are short (one element: OpenMP would give the
     whole map to one thread) collapses its outer loops, never its innermost one, into one
-    of at least ``parallel_iterations()``; one whose innermost dimension is short runs as one
+    of at least ``machine.parallel_iterations``; one whose innermost dimension is short runs as one
     loop, which OpenMP shares out and GCC vectorises. XLA's results on every thread
     setting."""
     import dace
 
-    from hlo2dace.translate import emitter
+    from hlo2dace.machine import current_machine
 
+    machine = current_machine()
     x = np.random.default_rng(1).standard_normal(shape)
 
     def f(x):
@@ -94,11 +95,11 @@ def test_short_leading_dimensions_are_shared_out(shape):
     (the_map,) = [n.map for n, _ in hlo2dace.jit(f).lower(x).as_sdfg().all_nodes_recursive()
                   if isinstance(n, dace.nodes.MapEntry)]
     # the map's own loops: a short innermost one runs with those around it as one loop
-    # (emitter.collapse_short_rows), here all of them
+    # (the collapse_short_rows pass), here all of them
     sizes = [int(n) for n in the_map.range.size()]
-    assert sizes == ([int(np.prod(shape))] if shape[-1] < emitter.SHORT_ROW else list(shape))
+    assert sizes == ([int(np.prod(shape))] if shape[-1] < machine.short_row else list(shape))
     collapsed = int(np.prod(sizes[:the_map.collapse]))
     assert the_map.collapse < len(sizes) or len(sizes) == 1
-    wanted = emitter.parallel_iterations()
+    wanted = machine.parallel_iterations
     assert collapsed >= wanted or the_map.collapse >= len(sizes) - 1
     assert the_map.collapse == 1 or np.prod(sizes[:the_map.collapse - 1]) < wanted

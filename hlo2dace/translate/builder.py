@@ -30,6 +30,7 @@ import numpy as np
 
 from .. import ir, symbolic
 from ..errors import CompilationError, UnsupportedError
+from ..machine import Machine, current_machine
 from ..optimize import LEVELS, Level
 from . import dtypes, fusion, registry
 from .bindings import (
@@ -53,7 +54,7 @@ from .bindings import (
     recomputed_reads,
     view_of,
 )
-from .emitter import HELPERS_CPP, Element, Emitter, Whole, arrange_maps
+from .emitter import HELPERS_CPP, Element, Emitter, Whole
 from .known import known_value
 from .literals import literal
 from .scopes import Scope, callee, updates_in_place, updates_in_results
@@ -89,8 +90,10 @@ class Builder:
 
     def __init__(self, module: ir.Module, name: str, entry: str | None = None,
                  target: str = registry.DEFAULT_TARGET, optimize: Level = LEVELS["default"],
-                 signature: symbolic.Signature | None = None):
+                 signature: symbolic.Signature | None = None, machine: Machine | None = None):
         self.module = module
+        #: the machine the code is tuned for: every threshold a translator uses
+        self.machine = machine or current_machine()
         #: how the symbols in the module's types are read from the arguments, and the
         #: checks the runtime makes on them (``symbolic.refine``); None: static shapes
         self.signature = signature
@@ -657,7 +660,6 @@ class Builder:
                     self.emit.copy(binding, target)
         self.emit.new_state("epilogue")
         self._fp_mode_tasklet("h2d::leave_fp_mode();")
-        arrange_maps(self.emit.sdfg)
         return self.emit.sdfg
 
 

@@ -1,0 +1,161 @@
+"""The passes of one compilation, in the order they run, per target and optimisation level:
+how hlo2dace optimises a program, as one list (as XLA's ``cpu_compiler.cc`` is a list of
+``AddPass`` calls).
+
+Three stages run passes (``plan/passes.py``):
+
+* ``plan``: IR to IR, after the frontend and before translation; each pass records its
+  decisions on the ops (``plan/annotations.py``), which ``Lowered.as_text(planned=True)``
+  shows, and the translators lower each op as its annotations say;
+* ``sdfg``: the built SDFG, before DaCe generates its code;
+* ``code``: DaCe's generated C++ (what no SDFG property can say: see ``cpp_split.py``).
+
+``optimize="none"`` runs no pass: one op, one translator, every value in an array, the
+plain lowering to compare against and to start one's own transformations from. Any pass
+can be switched off by name (``hlo2dace.jit(f, disable_passes=[...])``, ``hlo2dace passes
+--disable NAME``), for A/B measurements. The pipeline is part of a binary's cache key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from . import ir
+from .errors import ArgumentError
+from .machine import Machine, current_machine
+from .optimize import Level
+from .plan.passes import STAGES, Pass, PassContext
+from .sdfg_build import CODE_PASSES
+from .sdfg_passes import rows, threads, tiling
+
+
+def cpu_passes(level: Level) -> list[Pass]:
+    """The CPU target's passes at ``level``."""
+    passes: list[Pass] = []
+    if level.name == "none":
+        return passes
+
+    def add(name: str, stage: str, run) -> None:
+        passes.append(Pass(name, stage, run))
+
+    # sdfg: the loop nests of the built SDFG's maps
+    add("tile_transposing", "sdfg", tiling.tile_transposing)
+    add("collapse_short_rows", "sdfg", rows.collapse_short_rows)
+    add("interchange_tiny_rows", "sdfg", rows.interchange_tiny_rows)
+    add("share_leading_loops", "sdfg", threads.share_leading_loops)
+    # code: DaCe's C++
+    for name, run in CODE_PASSES.items():
+        add(name, "code", run)
+    return passes
+
+
+#: each target's passes, by level
+TARGETS = {"cpu": cpu_passes}
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """The passes a compilation runs: a target's at a level, less the ``disabled`` ones."""
+
+    target: str
+    level: Level
+    passes: tuple[Pass, ...]
+    disabled: frozenset[str] = frozenset()
+
+    def stage(self, stage: str) -> list[Pass]:
+        """The passes of ``stage`` that run, in order."""
+        return [p for p in self.passes if p.stage == stage and p.name not in self.disabled]
+
+    @property
+    def key(self) -> str:
+        """What the pipeline adds to a binary's cache key: the passes that run."""
+        return ",".join(p.name for p in self.passes if p.name not in self.disabled)
+
+    def plan(self, module: ir.Module, context: PassContext) -> ir.Module:
+        for step in self.stage("plan"):
+            module = step.run(module, context)
+        return module
+
+    def transform(self, sdfg: Any, context: PassContext) -> None:
+        for step in self.stage("sdfg"):
+            step.run(sdfg, context)
+
+    @property
+    def code_passes(self) -> frozenset[str]:
+        return frozenset(p.name for p in self.stage("code"))
+
+    def listing(self) -> str:
+        """The pipeline as text: per stage, each pass and what it does."""
+        lines = [f"target {self.target}, optimize={self.level.name}"]
+        for stage in STAGES:
+            lines.append(f"  {stage}:")
+            found = [p for p in self.passes if p.stage == stage]
+            for p in found:
+                state = " (disabled)" if p.name in self.disabled else ""
+                lines.append(f"    {p.name}{state}: {p.summary}")
+            if not found:
+                lines.append("    (none)")
+        return "\n".join(lines) + "\n"
+
+
+def pipeline(target: str = "cpu", level: Level | None = None,
+             disable: Sequence[str] = ()) -> Pipeline:
+    """The pipeline of ``target`` at ``level`` (default: ``optimize.level()``) without the
+    passes named in ``disable`` (an ``ArgumentError`` names an unknown one)."""
+    from .optimize import level as default_level
+
+    if target not in TARGETS:
+        raise ArgumentError(f"unknown target {target!r}; the targets are {', '.join(TARGETS)}")
+    level = level or default_level()
+    passes = tuple(TARGETS[target](level))
+    known = {p.name for p in TARGETS[target](default_level("default"))}
+    unknown = sorted(set(disable) - known)
+    if unknown:
+        raise ArgumentError(f"no pass named {', '.join(unknown)}; the passes of the {target} "
+                            f"target are {', '.join(sorted(known))} (hlo2dace passes lists "
+                            "them)")
+    return Pipeline(target, level, passes, frozenset(disable))
+
+
+@dataclass(frozen=True)
+class Options:
+    """How one module is compiled: the optimisation level's name (None:
+    ``$HLO2DACE_OPTIMIZE``, else ``default``), the passes switched off, the machine model
+    the code is tuned for (None: this machine's) and the target."""
+
+    optimize: str | None = None
+    disable_passes: tuple[str, ...] = ()
+    machine: Machine | None = None
+    target: str = "cpu"
+
+    @classmethod
+    def of(cls, given: Options | str | None) -> Options:
+        """``given`` as options: a level's name, or None, stands for that level alone."""
+        return given if isinstance(given, Options) else cls(given)
+
+    def resolved(self) -> Options:
+        """With the level, the pass names and the machine checked and filled in
+        (``ArgumentError`` names a wrong one)."""
+        from .optimize import level
+
+        try:
+            name = level(self.optimize).name
+        except ValueError as exc:
+            raise ArgumentError(str(exc)) from None
+        disabled = (self.disable_passes,) if isinstance(self.disable_passes, str) \
+            else tuple(self.disable_passes)
+        resolved = Options(name, disabled, self.machine or current_machine(), self.target)
+        resolved.pipeline()  # checks the target and the names
+        return resolved
+
+    def pipeline(self) -> Pipeline:
+        from .optimize import level
+
+        return pipeline(self.target, level(self.optimize), self.disable_passes)
+
+    def context(self) -> PassContext:
+        from .optimize import level
+
+        return PassContext(self.machine or current_machine(), self.target,
+                           level(self.optimize))

@@ -1,0 +1,77 @@
+"""Use-def facts of a block that the plan passes decide from: which ops are live, which
+op produces each value, which ops read it and where they stand. Nothing here decides."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Sequence
+
+from .. import ir
+
+
+def live_ops(block: ir.Block, returned: Sequence[int] | None = None) -> list[ir.Op]:
+    """The ops of ``block`` whose results are needed (or that have no results, i.e. are
+    kept for their effects), in order; the terminator is always live. ``returned``: the
+    positions of the terminator's operands that are needed (default: all)."""
+    terminator = block.terminator
+    wanted = terminator.operands if returned is None else [terminator.operands[k]
+                                                           for k in returned]
+    needed: set[str] = {v.name for v in wanted}
+    live = [terminator]
+    for op in reversed(block.ops[:-1]):
+        if not op.results or any(r.name in needed for r in op.results):
+            live.append(op)
+            needed.update(v.name for inner in op.walk() for v in inner.operands)
+    return live[::-1]
+
+
+def collect_uses(ops: Sequence[ir.Op]) -> dict[str, list[ir.Op]]:
+    """Value name -> the ops among ``ops`` that use it, ops nested in regions counted as
+    uses by the top-level op that holds them."""
+    uses: dict[str, list[ir.Op]] = defaultdict(list)
+    for op in ops:
+        seen = set()
+        for inner in op.walk():
+            for operand in inner.operands:
+                if operand.name not in seen:
+                    seen.add(operand.name)
+                    uses[operand.name].append(op)
+    return uses
+
+
+@dataclass(frozen=True)
+class BlockUses:
+    """The live ops of one block, who produces each value and who reads it."""
+
+    ops: tuple[ir.Op, ...]
+    producers: dict[str, ir.Op]
+    users: dict[str, list[ir.Op]]
+    position: dict[int, int]  #: ``id(op)`` -> its index in ``ops``
+
+    @classmethod
+    def of(cls, block: ir.Block) -> BlockUses:
+        ops = tuple(live_ops(block))
+        return cls(ops, {r.name: op for op in ops for r in op.results}, collect_uses(ops),
+                   {id(op): k for k, op in enumerate(ops)})
+
+    def producer(self, value: ir.Value) -> ir.Op | None:
+        return self.producers.get(value.name)
+
+    def readers(self, value: ir.Value) -> list[ir.Op]:
+        return self.users.get(value.name, [])
+
+    def only_reader(self, value: ir.Value, op: ir.Op) -> bool:
+        """Whether ``op`` is the one op that reads ``value``, and reads it once."""
+        return [id(user) for user in self.readers(value)] == [id(op)] and \
+            sum(v.name == value.name for v in op.operands) == 1
+
+    def last_reader(self, value: ir.Value) -> ir.Op | None:
+        readers = self.readers(value)
+        return max(readers, key=lambda op: self.position[id(op)]) if readers else None
+
+    def defined_before(self, value: ir.Value, op: ir.Op) -> bool:
+        """Whether ``value`` exists when ``op`` runs: produced by an earlier op of the
+        block, or not produced in it (an argument, a value of an enclosing block)."""
+        producer = self.producer(value)
+        return producer is None or self.position[id(producer)] < self.position[id(op)]
