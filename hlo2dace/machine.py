@@ -26,6 +26,7 @@ the stated ULP bounds.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import glob
@@ -33,6 +34,7 @@ import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 from .optimize import shared_threads, target_isa
 
@@ -272,7 +274,23 @@ def _blas() -> str:
     return "OpenBLAS" if OpenBLAS.is_installed() and headers else "none"
 
 
+#: the model that ``current_machine`` gives instead of this machine's (``assumed``)
+_assumed: list[Machine] = []
+
+
 def current_machine() -> Machine:
-    """This machine's model (``Machine.of_this_machine``)."""
-    return Machine.of_this_machine()
+    """The model programs are tuned for unless they name one: this machine's
+    (``Machine.of_this_machine``), or the one ``assumed`` gives."""
+    return _assumed[-1] if _assumed else Machine.of_this_machine()
+
+
+@contextlib.contextmanager
+def assumed(model: Machine) -> Iterator[Machine]:
+    """Within the ``with`` block, programs that name no machine are tuned for ``model``
+    (to see which decisions move with the machine, or to build for other nodes)."""
+    _assumed.append(model)
+    try:
+        yield model
+    finally:
+        _assumed.pop()
 

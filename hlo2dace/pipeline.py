@@ -25,7 +25,8 @@ from . import ir
 from .errors import ArgumentError
 from .machine import Machine, current_machine
 from .optimize import Level
-from .plan.passes import STAGES, Pass, PassContext
+from .plan import matvec, products
+from .plan.passes import STAGES, Pass, PassContext, block_pass
 from .sdfg_build import CODE_PASSES
 from .sdfg_passes import rows, threads, tiling
 
@@ -39,6 +40,11 @@ def cpu_passes(level: Level) -> list[Pass]:
     def add(name: str, stage: str, run) -> None:
         passes.append(Pass(name, stage, run))
 
+    # plan: how each op is computed
+    add("outer_products_as_multiplies", "plan", block_pass(products.outer_products_as_multiplies))
+    add("pair_matvecs", "plan", block_pass(matvec.pair_matvecs))
+    add("choose_product_kernels", "plan", block_pass(products.choose_product_kernels))
+    add("fold_scale_into_products", "plan", block_pass(products.fold_scale_into_products))
     # sdfg: the loop nests of the built SDFG's maps
     add("tile_transposing", "sdfg", tiling.tile_transposing)
     add("collapse_short_rows", "sdfg", rows.collapse_short_rows)

@@ -9,6 +9,8 @@ nest."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import ml_dtypes
@@ -19,6 +21,7 @@ from jax import lax
 
 import hlo2dace
 from hlo2dace.errors import UnsupportedError
+from hlo2dace.machine import assumed, current_machine
 from hlo2dace.translate import convolution
 
 from util import (
@@ -483,11 +486,11 @@ def test_chunks(out, monkeypatch, tmp_path):
     way the result is written (rows x features in place, features x rows in place, a
     scratch block scattered); a fresh disk cache, which is keyed by the sources and not by
     these constants."""
-    monkeypatch.setattr(convolution, "PATCH_ELEMENTS", 1000)
     monkeypatch.setattr(convolution, "MIN_ROWS", 7)
     monkeypatch.setattr(convolution, "MAX_DEPTH", 40)
-    monkeypatch.setattr(convolution, "PARALLEL_TASKS", 3)
     monkeypatch.setenv("HLO2DACE_CACHE_DIR", str(tmp_path))
+    # patch matrices of 1,000 elements (an L2 of 8,000 bytes), three threads
+    small = dataclasses.replace(current_machine(), l2_bytes=8000, threads=3)
     numbers = ("NHWC", "HWIO", out)
     x = operand(np.float32, (3, 11, 10, 6))
     w = operand(np.float32, (3, 3, 6, 8), seed=1)
@@ -503,24 +506,24 @@ def test_chunks(out, monkeypatch, tmp_path):
                 "1d_dilated": conv(x1, w1, (1,), ((3, 1),), ("NWC", "WIO", "NWC"),
                                    rhs_dilation=(2,))}
 
-    code = _code(f, x, w, x1, w1)
-    assert "#pragma omp parallel" in code and "__s ? 1 : 0" in code
-    check(f, x, w, x1, w1)
+    with assumed(small):
+        code = _code(f, x, w, x1, w1)
+        assert "#pragma omp parallel" in code and "__s ? 1 : 0" in code
+        check(f, x, w, x1, w1)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.complex64], ids=dtype_id)
-def test_without_openblas(dtype, monkeypatch, tmp_path):
-    """Without OpenBLAS every convolution is the loop nest (a fresh disk cache)."""
-    monkeypatch.setattr(convolution, "blas_implementation", lambda: "pure")
-    monkeypatch.setenv("HLO2DACE_CACHE_DIR", str(tmp_path))
+def test_without_openblas(dtype):
+    """Without OpenBLAS every convolution is the loop nest."""
     x = operand(dtype, (2, 12, 10, 6))
     w = operand(dtype, (3, 3, 3, 8), seed=1)
 
     def f(x, w):
         return conv(x, w, (2, 1), ((1, 1), (2, 1)), feature_group_count=2, lhs_dilation=(1, 2))
 
-    assert "cblas_" not in _code(f, x, w)
-    check(f, x, w)
+    with assumed(dataclasses.replace(current_machine(), blas="none")):
+        assert "cblas_" not in _code(f, x, w)
+        check(f, x, w)
 
 
 # --------------------------------------------------------------------------- errors

@@ -6,6 +6,7 @@ f16/bf16, NaN/inf/-0.0, empty dimensions, and both the BLAS and the loop-nest pa
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -22,8 +23,7 @@ from jax import lax
 import hlo2dace
 from hlo2dace import blas_core
 from hlo2dace.errors import UnsupportedError
-from hlo2dace.optimize import shared_threads
-from hlo2dace.translate import linalg
+from hlo2dace.machine import SMALL_PRODUCT, assumed, current_machine
 
 from util import assert_arrays_match, assert_matches_jax, dtype_id
 from util import random_operand as operand
@@ -517,7 +517,7 @@ def test_paths():
     assert labels(lambda u, v: jnp.einsum("i,j->ij", u, v), big[0], big[1]) == ["fused"]
     assert labels(lambda u, v: jnp.einsum("i,j->ij", u, v, preferred_element_type=jnp.float32),
                   big[0].astype(np.float16), big[1].astype(np.float16)) == ["outer_product"]
-    assert linalg.SMALL_PRODUCT < 64 ** 3
+    assert SMALL_PRODUCT < 64 ** 3
 
 
 @pytest.mark.parametrize("dtype", (np.float32, np.float64), ids=dtype_id)
@@ -563,7 +563,7 @@ def test_skinny_products_share_out_their_long_side(dtype):
     code = "\n".join(t.code.as_string for t in _tasklets(f, x, w))
     # two blocks of at least 512 where the program is built for two threads or more
     blocks = code.count("for (int __part = 0; __part < 2; ++__part)")
-    assert blocks == (5 if shared_threads() > 1 else 0), code
+    assert blocks == (5 if current_machine().threads > 1 else 0), code
     rtol = 2e-4 if dtype == np.float32 else 1e-12
     assert_matches_jax(f, x, w, rtol=rtol, atol=rtol)
     compiled = hlo2dace.jit(f).lower(x, w).compile()
@@ -607,12 +607,9 @@ def test_scalar_factors_become_blas_alpha(dtype, alpha):
 
 
 @pytest.mark.parametrize("dtype", (np.float32, np.complex64, np.complex128), ids=dtype_id)
-def test_without_openblas(dtype, monkeypatch, tmp_path):
-    """Without OpenBLAS every product is the loop nest, which handles floats and complex
-    numbers too (the disk cache is keyed by the sources, not by what is installed: a
-    fresh one)."""
-    monkeypatch.setattr(linalg, "blas_implementation", lambda: "pure")
-    monkeypatch.setenv("HLO2DACE_CACHE_DIR", str(tmp_path))
+def test_without_openblas(dtype):
+    """Without OpenBLAS (a machine model without it) every product is the loop nest, which
+    handles floats and complex numbers too."""
     x = operand(dtype, (3, 40, 50))
     w = operand(dtype, (3, 50, 60), seed=1)
 
@@ -620,8 +617,9 @@ def test_without_openblas(dtype, monkeypatch, tmp_path):
         return {"batched": x @ w, "transposed": jnp.einsum("bij,bkj->bik", x, x),
                 "mv": x[0] @ w[0, :, 0], "vv": x[0, 0] @ w[0, :, 1]}
 
-    assert not [t for t in _tasklets(f, x, w) if "cblas_" in t.code.as_string]
-    check(f, x, w)
+    with assumed(dataclasses.replace(current_machine(), blas="none")):
+        assert not [t for t in _tasklets(f, x, w) if "cblas_" in t.code.as_string]
+        check(f, x, w)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.int32, np.int64, np.int8], ids=dtype_id)
@@ -841,7 +839,7 @@ def test_programs_run_openblas_kernels_of_the_cpus_instruction_set():
     set, even where the library does not know the CPU's model (Debian 12's OpenBLAS runs
     SSE3 kernels on an Emerald Rapids Xeon unaided, 5.8x slower), and the environment
     is left as it was; a user's ``OPENBLAS_CORETYPE`` is kept."""
-    if linalg.blas_implementation() != "OpenBLAS":
+    if current_machine().blas != "OpenBLAS":
         pytest.skip("OpenBLAS is not installed")
     env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
     ran = subprocess.run([sys.executable, "-c", PROBE_KERNELS], env=env, capture_output=True,
@@ -883,7 +881,7 @@ def test_matrix_vector_products_of_one_matrix_read_it_once(case, shape, dtype):
     m, n = shape
     args = [operand(dtype, s, seed) for s, seed in (((m, n), 1), ((n,), 2), ((n,), 3),
                                                      ((m,), 4))]
-    large = args[0].nbytes >= linalg.MATVEC_PASS_BYTES
+    large = args[0].nbytes >= current_machine().matvec_pass_bytes
     sdfg = hlo2dace.jit(fun).lower(*args).as_sdfg()
     passes = [n for n, _ in sdfg.all_nodes_recursive()
               if isinstance(n, nodes.Tasklet) and n.label.startswith("matvecs")]
@@ -963,7 +961,7 @@ def test_a_computed_matrix_times_a_vector_is_never_written(case, shape, dtype):
     else reads or that takes too many ops to recompute is written as before, and a scalar
     times an argument goes to BLAS's alpha."""
     fun, args, became = _computed_matrix_case(case, shape, dtype)
-    large = args[0].nbytes >= linalg.MATVEC_PASS_BYTES
+    large = args[0].nbytes >= current_machine().matvec_pass_bytes
     expected = COMPUTED_MATRICES[case][1]
     assert became == (expected if large else "written")
     _assert_product_matches_jax(fun, args, dtype)
@@ -971,33 +969,33 @@ def test_a_computed_matrix_times_a_vector_is_never_written(case, shape, dtype):
 
 @pytest.mark.parametrize("case", ["rows weighted, a transcendental",
                                   "vector first, rows dotted with it"])
-def test_a_computed_matrix_shared_out_in_parts(case, monkeypatch, tmp_path):
+def test_a_computed_matrix_shared_out_in_parts(case):
     """Built for three threads, the blocks of a computed matrix are three parts, each with
     its own buffer (and, where rows are weighted, its own partial sums): XLA's results on
     this machine's threads, the same bits on every call."""
-    monkeypatch.setattr(linalg, "shared_threads", lambda: 3)
-    monkeypatch.setenv("HLO2DACE_CACHE_DIR", str(tmp_path))
-    fun, args, became = _computed_matrix_case(case, (900, 700), np.float64)
+    three = dataclasses.replace(current_machine(), threads=3)
+    with assumed(three):
+        fun, args, became = _computed_matrix_case(case, (900, 700), np.float64)
     assert became == "blocked"
-    code = next(t.code.as_string for t, _ in hlo2dace.jit(fun).lower(*args).as_sdfg()
-                .all_nodes_recursive()
+    code = next(t.code.as_string for t, _ in hlo2dace.jit(fun, machine=three).lower(*args)
+                .as_sdfg().all_nodes_recursive()
                 if isinstance(t, nodes.Tasklet) and t.label.startswith("matvecs"))
     assert "__part < 3" in code
-    _assert_product_matches_jax(fun, args, np.float64)
-    compiled = hlo2dace.jit(fun).lower(*args).compile()
+    with assumed(three):
+        _assert_product_matches_jax(fun, args, np.float64)
+    compiled = hlo2dace.jit(fun, machine=three).lower(*args).compile()
     first = np.asarray(compiled(*args))
     assert all(np.array_equal(first, np.asarray(compiled(*args)), equal_nan=True)
                for _ in range(4))
 
 
-def test_matrix_vector_pairs_without_openblas(monkeypatch, tmp_path):
+def test_matrix_vector_pairs_without_openblas():
     """Without OpenBLAS two products of one large matrix are two loop nests."""
-    monkeypatch.setattr(linalg, "blas_implementation", lambda: "pure")
-    monkeypatch.setenv("HLO2DACE_CACHE_DIR", str(tmp_path))
     fun = MATRIX_VECTOR_PAIRS["chained (atax)"][0]
     args = [operand(np.float64, s, seed) for s, seed in (((700, 600), 1), ((600,), 2),
                                                           ((600,), 3), ((700,), 4))]
-    assert args[0].nbytes >= linalg.MATVEC_PASS_BYTES
-    assert not [t for t in _tasklets(fun, *args) if "cblas_" in t.code.as_string
-                or t.label.startswith("matvecs")]
-    assert_matches_jax(fun, *args, rtol=1e-13, atol=1e-11)
+    assert args[0].nbytes >= current_machine().matvec_pass_bytes
+    with assumed(dataclasses.replace(current_machine(), blas="none")):
+        assert not [t for t in _tasklets(fun, *args) if "cblas_" in t.code.as_string
+                    or t.label.startswith("matvecs")]
+        assert_matches_jax(fun, *args, rtol=1e-13, atol=1e-11)

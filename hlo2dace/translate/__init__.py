@@ -10,6 +10,7 @@ from . import (  # noqa: F401  (registration)
     indexing,
     lapack,
     linalg,
+    matvec,
     reduction,
     rng,
     shape,

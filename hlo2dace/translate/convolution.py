@@ -40,39 +40,24 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
 from .. import ir
+from ..machine import SMALL_PRODUCT
 from . import dtypes
 from .bindings import Array, Binding, Literal, map_params
+from .blas import Operand, op_types, read_element, strided_operand
 from .builder import Builder
 from .cpp import Loop, Writer
 from .dtypes import ElementType
 from .emitter import Element, Whole
-from .linalg import (
-    BLAS_INT_MAX,
-    BLAS_TYPES,
-    SMALL_PRODUCT,
-    Operand,
-    blas_implementation,
-    converted,
-    op_types,
-    precision_key,
-    read_element,
-    row_major,
-    stored,
-    strided_operand,
-)
 from .literals import literal
+from .products import BLAS_INT_MAX, BLAS_TYPES, converted, precision_key, row_major, stored
 from .registry import register
 
-#: elements of the patch matrix one GEMM multiplies (the rows of a chunk times the kernel's
-#: depth): large enough for OpenBLAS to run at full speed, small enough to stay in cache
-PATCH_ELEMENTS = 1 << 17
 #: products per result element one GEMM sums at most: deeper kernels (weight gradients) are
 #: cut into slabs
 MAX_DEPTH = 8192
@@ -81,8 +66,6 @@ MIN_ROWS = 64
 #: groups with fewer input times output features than this (depthwise convolutions) are
 #: the loop nest: GEMMs with so few columns and so short rows run far below peak
 NARROW_GROUPS = 16
-#: threads that pack and multiply chunks at the same time (fewer if the machine has fewer)
-PARALLEL_TASKS = os.cpu_count() or 1
 
 
 @dataclass(frozen=True)
@@ -244,7 +227,7 @@ def _translate(b: Builder, op: ir.Op, conv: _Convolution) -> list[Binding]:
         return [target]
     types = (compute, accumulate, result)
     work = conv.rows * conv.group_out * conv.depth
-    if (accumulate.element in BLAS_TYPES and blas_implementation() == "OpenBLAS"
+    if (accumulate.element in BLAS_TYPES and b.machine.blas == "OpenBLAS"
             and max(conv.depth, conv.group_out, conv.rows) <= BLAS_INT_MAX
             and conv.group_in * conv.group_out >= NARROW_GROUPS
             and (accumulate.is_complex or work > SMALL_PRODUCT)):
@@ -368,7 +351,7 @@ def _blas_convolution(b: Builder, op: ir.Op, conv: _Convolution,
     row_dims = conv.row_dims()
     start, row_stride = _single_strided([(size, out_strides[dim]) for _, size, dim in row_dims])
     block = math.prod(size for _, size, _ in row_dims[start:])
-    chunk = max(MIN_ROWS, PATCH_ELEMENTS // slab_depth)
+    chunk = max(MIN_ROWS, b.machine.patch_elements // slab_depth)
 
     # Where the GEMM writes: into the result, as rows x features (features contiguous) or
     # features x rows (rows contiguous), if the rows of a block are single-strided and
@@ -389,8 +372,8 @@ def _blas_convolution(b: Builder, op: ir.Op, conv: _Convolution,
     # Tasks run in parallel, each packing its chunk and calling a one-thread GEMM, when
     # there are enough of them and their patch matrices are small; else one after the
     # other, each GEMM using OpenBLAS's threads.
-    small = chunk * slab_depth <= 4 * PATCH_ELEMENTS
-    threads = max(1, min(PARALLEL_TASKS, tasks // 2) if small else 1)
+    small = chunk * slab_depth <= 4 * b.machine.patch_elements
+    threads = max(1, min(b.machine.threads, tasks // 2) if small else 1)
 
     patches = b.emit.add_array("patches", ir.TensorType((threads, chunk, slab_depth),
                                                    accumulate.element))
