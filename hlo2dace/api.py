@@ -120,8 +120,8 @@ class Lowered:
                         module, signature = symbolic.refine(module, self._entry)
                     context = self.options.context()
                     module = self.pipeline.plan(module, context)
-                    builder = Builder(module, self._name, self._entry, optimize=self.level,
-                                      signature=signature, machine=context.machine)
+                    builder = Builder(module, self._name, self._entry, signature=signature,
+                                      machine=context.machine)
                     sdfg = builder.build()
                     self.pipeline.transform(sdfg, context)
             except symbolic.NeedsSpecialisation as exc:

@@ -69,6 +69,9 @@ EIGEN_ORDER_WORK = 1 << 22
 #: its short rows run as one loop: below, the gathers cost more than the rows' scalar
 #: remainders (a broadcast add 1.5x slower; pyhpc's equation of state 19% faster)
 GATHER_OPS = 16
+#: reductions with fewer outputs than this split their reduced elements into chunks (one
+#: loop each, shared out among the threads), and are not reduced row by row by their readers
+FEW_OUTPUTS = 64
 #: innermost loops of at most this many iterations (a 256-bit vector of doubles) are run
 #: outside the loop around them where that one is long (pyhpc's isoneutral at 4,096 points,
 #: rows of 3: 0.70 -> 0.54 ms; rows of 7 and 10: no change)

@@ -25,7 +25,7 @@ from . import ir
 from .errors import ArgumentError
 from .machine import Machine, current_machine
 from .optimize import Level
-from .plan import matvec, products
+from .plan import fusion, matvec, products
 from .plan.passes import STAGES, Pass, PassContext, block_pass
 from .sdfg_build import CODE_PASSES
 from .sdfg_passes import rows, threads, tiling
@@ -45,6 +45,10 @@ def cpu_passes(level: Level) -> list[Pass]:
     add("pair_matvecs", "plan", block_pass(matvec.pair_matvecs))
     add("choose_product_kernels", "plan", block_pass(products.choose_product_kernels))
     add("fold_scale_into_products", "plan", block_pass(products.fold_scale_into_products))
+    add("fuse_elementwise", "plan", fusion.fuse_elementwise)
+    add("fuse_into_readers", "plan", block_pass(fusion.fuse_into_readers))
+    add("fuse_into_consumers", "plan", block_pass(fusion.fuse_into_consumers))
+    add("contract_multiply_adds", "plan", block_pass(fusion.contract_multiply_adds))
     # sdfg: the loop nests of the built SDFG's maps
     add("tile_transposing", "sdfg", tiling.tile_transposing)
     add("collapse_short_rows", "sdfg", rows.collapse_short_rows)

@@ -3,11 +3,13 @@ op produces each value, which ops read it and where they stand. Nothing here dec
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Sequence
 
-from .. import ir
+from .. import ir, symbolic
+from ..machine import FEW_OUTPUTS, Machine
 
 
 def live_ops(block: ir.Block, returned: Sequence[int] | None = None) -> list[ir.Op]:
@@ -75,3 +77,19 @@ class BlockUses:
         block, or not produced in it (an argument, a value of an enclosing block)."""
         producer = self.producer(value)
         return producer is None or self.position[id(producer)] < self.position[id(op)]
+
+
+def over_rows(op: ir.Op, machine: Machine) -> bool:
+    """Whether the reduction ``op`` reduces its operands' trailing dimensions (a row per
+    result element) that a map may reduce a row at a time: not rows too long to stay in
+    cache between the loops over them, nor so few rows (``FEW_OUTPUTS``) that their map
+    would run on one thread."""
+    operand = op.operands[0]
+    shape = operand.type.shape
+    rank, dimensions = len(shape), sorted(int(d) for d in op.attr("dimensions"))
+    if (symbolic.is_symbolic(operand.type) or not dimensions
+            or dimensions != list(range(rank - len(dimensions), rank))
+            or len(dimensions) == rank):
+        return False
+    row = math.prod(shape[rank - len(dimensions):])
+    return op.results[0].type.size >= FEW_OUTPUTS and 0 < row <= machine.max_fused_row

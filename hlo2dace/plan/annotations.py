@@ -111,15 +111,15 @@ class FusedOperands(Annotation):
 
 @dataclass(frozen=True)
 class Contraction(Annotation):
-    """An add or subtract computed as one fused multiply-add with the product that is
-    its operand ``product`` (XLA's contraction of a product into its reader):
-    ``negate_product`` where that operand is a negated product or the product is
-    subtracted, ``negate_other`` where the other operand is subtracted."""
+    """An add or subtract that may be computed as one fused multiply-add with the product
+    that is one of its operands (XLA's contraction of a product into its reader):
+    ``candidates`` are, in the order to try, ``(operand, negated, shared)``: the operand, a
+    product or (for an add) a negated product, and whether it or the product has other
+    readers (then it is contracted only where none of them is computed in the same map)."""
 
     name: ClassVar[str] = "contract"
-    product: int
-    negate_product: bool
-    negate_other: bool
+    candidates: tuple[tuple[int, bool, bool], ...]
+    subtract: bool
 
 
 @dataclass(frozen=True)

@@ -228,9 +228,12 @@ class ElementwiseCluster:
 
 @dataclass(frozen=True, eq=False)
 class Pending(_Binding):
+    """Result ``value`` of the elementwise ``op`` (of ``scope``), a member of ``cluster``."""
+
     cluster: ElementwiseCluster
     value: ir.Value
     scope: Scope
+    op: ir.Op
     is_pending = True
 
     @property
@@ -249,6 +252,11 @@ class Pending(_Binding):
     @property
     def pending(self) -> Pending:
         return self
+
+    @property
+    def destined(self) -> bool:
+        """Whether the value must end in an array of its scope's (a function result)."""
+        return self.value.name in self.scope.destinations
 
     def lands_in(self, array: str) -> bool:
         resolved = self.cluster.resolved.get(self.key)
@@ -513,7 +521,7 @@ def recomputed_reads(binding: Union[Pending, PendingView], budget: int,
         if key in seen:
             continue
         seen.add(key)
-        op = item.scope.producers[item.value.name]
+        op = item.op
         if (shared_expensive and item is not binding and registry.record(op.name).expensive
                 and len(item.scope.uses.get(item.value.name, ())) > 1):
             reads.append(item)

@@ -31,7 +31,13 @@ import numpy as np
 from .. import ir, symbolic
 from ..errors import CompilationError, UnsupportedError
 from ..machine import Machine, current_machine
-from ..optimize import LEVELS, Level
+from ..plan.annotations import (
+    FusedOperands,
+    Fusion,
+    FusionOptions,
+    annotation,
+    module_annotation,
+)
 from . import dtypes, fusion, registry
 from .bindings import (
     TOKEN,
@@ -89,7 +95,7 @@ class Builder:
     """Translates one IR module into one SDFG."""
 
     def __init__(self, module: ir.Module, name: str, entry: str | None = None,
-                 target: str = registry.DEFAULT_TARGET, optimize: Level = LEVELS["default"],
+                 target: str = registry.DEFAULT_TARGET,
                  signature: symbolic.Signature | None = None, machine: Machine | None = None):
         self.module = module
         #: the machine the code is tuned for: every threshold a translator uses
@@ -97,8 +103,9 @@ class Builder:
         #: how the symbols in the module's types are read from the arguments, and the
         #: checks the runtime makes on them (``symbolic.refine``); None: static shapes
         self.signature = signature
-        #: what the optimisation level fuses and recomputes (``optimize.py``)
-        self.level = optimize
+        #: how much elementwise readers recompute (the plan's ``fuse_elementwise``; none
+        #: without it)
+        self.fusion = module_annotation(module, FusionOptions) or FusionOptions(0, False)
         #: the key of the registry's translators (``registry.register(target=...)``)
         self.target = target
         try:
@@ -106,7 +113,7 @@ class Builder:
         except LookupError:
             raise UnsupportedError("builtin.module", f"no entry function {entry or 'main'}",
                                    supported=sorted(module.functions)) from None
-        self.emit = Emitter(name)
+        self.emit = Emitter(name, self.machine)
         self.emit.sdfg.append_global_code(HELPERS_CPP)
         self.emit.sdfg.append_init_code("h2d::init_program();")
         self._fp_mode_tasklet("h2d::enter_fp_mode();")
@@ -130,6 +137,21 @@ class Builder:
 
     def unsupported(self, reason: str, supported: Sequence[str] | None = None):
         return self.emit.unsupported(reason, supported)
+
+    def known(self, value: ir.Value) -> np.ndarray | None:
+        """``value``'s elements, if the ops of its scope compute them from constants alone
+        (``known.known_value``): its binding's literal or hidden constant, or its
+        producers' records evaluated."""
+        def bound(v: ir.Value) -> np.ndarray | None:
+            binding = self.scope.env.get(v.name)
+            if binding is not None and binding.is_literal:
+                return np.full(v.type.shape, binding.value)
+            if binding is not None and binding.data in self.constants \
+                    and binding.is_array(binding.data):
+                return self.constants[binding.data]
+            return None
+
+        return known_value(self.scope.producers, value, bound)
 
     # ------------------------------------------------------------------ states
     def close_all_clusters(self) -> None:
@@ -175,6 +197,16 @@ class Builder:
     def binding(self, value: ir.Value) -> Binding:
         """What ``value`` is bound to now (it may be pending)."""
         return self.scope.env[value.name]
+
+    def destination(self, value: ir.Value) -> str | None:
+        """The array ``value`` must end in (a function result, a loop's carried value),
+        if it has one and the claim is not taken yet."""
+        return self.scope.destinations.get(value.name)
+
+    def written_by_results(self, array: str) -> bool:
+        """Whether a result of the scope being translated is to be written into
+        ``array``."""
+        return array in self.scope.destinations.values()
 
     def readable(self, value: ir.Value) -> Union[Array, Literal, View]:
         """``value`` as something a map reads (never pending): its cluster is emitted, a
@@ -349,7 +381,8 @@ class Builder:
         unless ``op`` writes the point of its map at ``window`` of that array (as a view's
         axes) and the value reads it only there: each element is read before it is
         written (``x.at[1:].set(x[1:] * 2)``)."""
-        if not self.level.recomputed_ops:
+        fused = annotation(op, FusedOperands)
+        if not self.fusion.recompute or fused is None:
             return
         scope = self.scope
         # the arrays op may write: its results' destinations, and those of ``operands``
@@ -361,12 +394,11 @@ class Builder:
                  and self.emit.sdfg.arrays[binding.name].transient}
         for value in values:
             binding = self.binding(value)
-            if not (isinstance(binding, Pending) and binding.unresolved
-                    and not binding.cluster.closed
-                    and value.name not in scope.destinations and scope.only_user(value, op)
-                    and sum(v.name == value.name for v in op.operands) == 1):
+            if not (value in op.operands and op.operands.index(value) in fused.operands
+                    and isinstance(binding, Pending) and binding.unresolved
+                    and not binding.cluster.closed):
                 continue
-            reads = recomputed_reads(binding, 4 * self.level.recomputed_ops)
+            reads = recomputed_reads(binding, 4 * self.fusion.recompute)
             if reads is None:
                 continue
             # marked first: writing what it reads may close its cluster (if refused after
@@ -377,7 +409,7 @@ class Builder:
             reads = [read if isinstance(read, RowReduction) and not read.materialised
                      else self.resolve(read) for read in reads]
             here = window is not None and recomputed_reads(
-                binding, 4 * self.level.recomputed_ops, pointwise=True) is not None
+                binding, 4 * self.fusion.recompute, pointwise=True) is not None
             if any(read.holds(name) and not (here and _reads_window(read, name, window))
                    for read in reads for name in held):
                 binding.cluster.absorbed.discard(binding.key)
@@ -466,7 +498,7 @@ class Builder:
         literal integers whose record knows how to compute them is a literal itself."""
         t = op.results[0].type
         if op.operands and all(self.binding(operand).is_literal for operand in op.operands):
-            known = known_value(self.scope, self.constants, op.results[0])
+            known = self.known(op.results[0])
             if known is not None and known.size and (known == known.flat[0]).all():
                 # JAX passes a Python int to ``//`` and ``%`` through a call that converts
                 # it: as a literal, the C++ compiler divides by a constant (a shift or a
@@ -475,8 +507,14 @@ class Builder:
         shape = tuple(t.shape)
         for operand in op.operands:
             binding = self.binding(operand)
-            if isinstance(binding, PendingView) and not self._recomputable(binding):
-                self.readable(operand)
+            if isinstance(binding, PendingView):
+                reads = self._recomputed(binding)
+                if reads is None:
+                    self.readable(operand)
+                else:  # what the reader's map reads of it is written first
+                    for read in reads:
+                        if not isinstance(read, (RowReduction, Reshaped)):
+                            self.resolve(read)
         cluster = self.open_clusters.get(shape)
         if cluster is None:
             cluster = self.open_clusters[shape] = ElementwiseCluster(shape)
@@ -485,26 +523,19 @@ class Builder:
             if isinstance(binding, Pending) and binding.cluster is not cluster:
                 self.readable(operand)  # read from another shape's cluster: emit that one
         cluster.members.append((op, self.scope))
-        results = [Pending(cluster, result, self.scope) for result in op.results]
-        if not self.level.fuse:
+        results = [Pending(cluster, result, self.scope, op) for result in op.results]
+        if annotation(op, Fusion) is None:  # the plan fuses it with nothing
             for result, pending in zip(op.results, results):
                 self.scope.env[result.name] = pending
             self.close_cluster(cluster)
             return [self.scope.env[result.name] for result in op.results]
         return results
 
-    def _recomputable(self, binding: PendingView) -> bool:
-        """Whether an elementwise consumer may recompute ``binding``: it takes few ops.
-        Concatenations it reads are written first (so this is not a pure query: it may
-        emit them). An update in place never overwrites what a recomputed value still
-        reads (``overwritable``)."""
-        reads = recomputed_reads(binding, self.level.recomputed_ops)
-        if reads is None:
-            return False
-        for read in reads:
-            if not isinstance(read, (RowReduction, Reshaped)):  # read by the reader's map
-                self.resolve(read)
-        return True
+    def _recomputed(self, binding: PendingView) -> list[Binding] | None:
+        """What an elementwise reader reads to recompute ``binding``, or None where that
+        takes more ops than the plan allows (``FusionOptions.recompute``). An update in
+        place never overwrites what a recomputed value still reads (``overwritable``)."""
+        return recomputed_reads(binding, self.fusion.recompute)
 
     def close_cluster(self, cluster: ElementwiseCluster) -> None:
         """Emit ``cluster``'s map (once) and forget it as the open cluster of its shape."""

@@ -29,6 +29,7 @@ import numpy as np
 
 from .. import ir, symbolic
 from ..errors import UnsupportedError
+from ..machine import PARALLEL_REGION_OPS, Machine
 from ..sdfg_passes.analysis import integer
 from . import dtypes
 from .bindings import Array, Literal, View, dace_shape, map_params
@@ -39,10 +40,9 @@ HELPERS_CPP = (Path(__file__).with_name("h2d_ops.h")).read_text()
 #: every node it adds (most of the translation time)
 NO_LINEINFO = dace.dtypes.DebugInfo(0)
 
-#: maps doing less work than this (elements x work per element) run on one thread: an
-#: OpenMP parallel region costs about as much as this many simple element operations
-#: (a loop body of small maps pays it every iteration)
-PARALLEL_MAP_WORK = 1 << 15
+#: maps doing less work than this (elements x work per element) run on one thread
+#: (``machine.PARALLEL_REGION_OPS``: a loop body of small maps pays a region every iteration)
+PARALLEL_MAP_WORK = PARALLEL_REGION_OPS
 
 #: the builder begins a new state before an op once the current one holds this many nodes:
 #: DaCe's analyses of a state (validation, code generation, serialisation) take time
@@ -98,8 +98,10 @@ _PROCESS_VALUE_TYPE = ir.TensorType((), "i64")
 class Emitter:
     """The SDFG of one module, filled state by state."""
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, machine: Machine):
         self.sdfg = dace.SDFG(identifier(name))
+        #: the machine the code is tuned for (``machine.py``)
+        self.machine = machine
         #: the control-flow region being filled (the SDFG, a loop body, a branch)
         self.cfg: dace.sdfg.state.ControlFlowRegion = self.sdfg
         self.state = self.sdfg.add_state("entry", is_start_block=True)
@@ -366,7 +368,7 @@ class Emitter:
         t = source.type
         if t.size == 0:
             return
-        boxes = pieces_to_copy(t, skipped) or [[(0, n) for n in t.shape]]
+        boxes = pieces_to_copy(t, skipped, self.machine) or [[(0, n) for n in t.shape]]
         offsets = offsets or [0] * t.rank
         written = []
         for box in boxes:
@@ -434,28 +436,25 @@ def _shifted(params: Sequence[str], starts: Sequence[int]) -> list[str] | None:
     return [f"{s} + {p}" if s else p for s, p in zip(starts, params)]
 
 
-#: the smallest array whose copy ``pieces_to_copy`` splits (a smaller one is copied at
-#: cache speed by one map, where each piece would add a map to build)
-MIN_SPLIT_BYTES = 1 << 16
-
-
-def pieces_to_copy(t: ir.TensorType, skipped: Sequence[Sequence[tuple[int, int]]]
-                   ) -> list[list[tuple[int, int]]] | None:
+def pieces_to_copy(t: ir.TensorType, skipped: Sequence[Sequence[tuple[int, int]]],
+                   machine: Machine) -> list[list[tuple[int, int]]] | None:
     """The boxes of ``t`` outside the ``skipped`` ones (``uncovered``), if copying them
     moves fewer cache lines than copying all of ``t``, else None (pieces that share most
-    lines with what they leave out save no memory traffic)."""
+    lines with what they leave out save no memory traffic; an array smaller than
+    ``machine.split_copy_bytes`` is copied at cache speed by one map, where each piece
+    would add a map to build)."""
     item = dtypes.of(t).storage_numpy.itemsize
-    if not skipped or not t.is_static or t.size * item < MIN_SPLIT_BYTES:
+    if not skipped or not t.is_static or t.size * item < machine.split_copy_bytes:
         return None
     boxes = uncovered(t.shape, skipped)
-    if boxes is None or sum(_bytes_moved(t.shape, box, item) for box in boxes) \
-            > 0.9 * t.size * item:
+    if boxes is None or sum(_bytes_moved(t.shape, box, item, machine.line_bytes)
+                            for box in boxes) > 0.9 * t.size * item:
         return None
     return boxes
 
 
 def _bytes_moved(shape: Sequence[int], box: Sequence[tuple[int, int]], item: int,
-                 line: int = 64) -> int:
+                 line: int) -> int:
     """About how many bytes a copy of ``box`` of a row-major array of ``shape`` moves:
     whole cache lines of each contiguous run, but at most the distance to the next run
     (runs closer than a line share it)."""

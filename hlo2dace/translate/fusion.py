@@ -15,6 +15,7 @@ import dace
 import numpy as np
 
 from .. import ir
+from ..plan.annotations import Contraction, annotation
 from . import dtypes, registry
 from .bindings import (
     Array,
@@ -188,7 +189,7 @@ class RowContext:
         if (not loop or list(point) != [*self.point, *loop]
                 or not registry.record(op.name).expensive
                 or len(binding.scope.uses.get(binding.value.name, ())) < 2
-                or int(np.prod(shape, dtype=np.int64)) * 8 > ROW_BUFFER_BYTES):
+                or int(np.prod(shape, dtype=np.int64)) * 8 > self.emit.machine.row_buffer_bytes):
             return []
         buffer = f"__rowbuf{len(self.buffers) + len(self.filling)}"
         self.filling[binding.key] = (buffer, shape)
@@ -213,14 +214,14 @@ def _emit_row_map(emit: Emitter, cluster: ElementwiseCluster, outputs: dict,
     # once to write the reductions' loops (in the order the outputs need them, each before
     # the one that reads it), then for the loop over the row, which reads their buffers
     dry_run = Recompute(emit, resolve, cluster, "__m", {}, [], pointers, row)
-    for _, scope, value, _ in written_values:
-        dry_run.value(Pending(cluster, value, scope), point)
+    for op, scope, value, _ in written_values:
+        dry_run.value(Pending(cluster, value, scope, op), point)
     main = Recompute(emit, resolve, cluster, "__m", {}, [], pointers, row)
     stores, written = [], {}
     for op, scope, value, array in written_values:
         with emit.at(op):
             element = dtypes.of(value.type, op.name, op.location)
-        expression = main.value(Pending(cluster, value, scope), point)
+        expression = main.value(Pending(cluster, value, scope, op), point)
         conn = f"__o{len(written)}"
         written[conn] = Whole(array)
         stores.append(f"{conn}[{flat_index(shape, point)}] = {element.store(expression)};")
@@ -259,67 +260,52 @@ def emit_row_reductions(emit: Emitter, resolve: Resolve, rows: list[RowReduction
 #: a C++ identifier in an index expression (a cast's type counts: such a point is not hoisted)
 _IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
 
-#: the most bytes a row buffer of ``RowContext`` holds (on the stack of an OpenMP thread)
-ROW_BUFFER_BYTES = 1 << 15
-
-
-#: the float types whose products XLA's CPU code contracts with an add or a subtract into
-#: one fused multiply-add (a single rounding) where the machine has FMA: LLVM's ``contract``
-#: on XLA's elemental code. XLA copies a product into every fusion that reads it; LLVM
-#: contracts an add (or subtract) with an operand that is a product (or, for an add, a
-#: negated product) of no other use in that fusion, the first such operand when both are.
-#: Measured against jax.jit: ``a*b+c``, ``c-a*b``, ``a*b-c*d`` (``fma(a, b, -(c*d))``),
-#: ``-(a*b)+c``, broadcasts between; no contraction for ``(a*b+c) * (a*b)``. f16 products
-#: contract only where the CPU computes in f16 (AVX512-FP16), which the C++ decides
-#: (``h2d::mul_add_f16``: elsewhere the product rounds first, as uncontracted).
-_CONTRACTED_FLOATS = ("f16", "f32", "f64")
 
 
 @dataclass(frozen=True)
-class Contraction:
+class Contracted:
     """An add or subtract computed as ``h2d::mul_add(±x, y, ±z)``: its ``operand`` at this
     position is the product ``product`` (negated where ``negated``), the other is z."""
 
     operand: int
     product: ir.Op
     negated: bool
+    subtract: bool
 
 
-def contraction(scope, op: ir.Op, computed: Callable[[Binding], bool],
-                shares_fusion: Callable[[ir.Op], bool]) -> Contraction | None:
-    """How XLA contracts ``op`` (of ``scope``) with a product, if it does. ``computed``:
-    whether a binding is computed by the code being emitted and written to no array, as a
-    contracted product (and negation) must be: XLA copies a product into the fusions of
-    its readers only where every reader can fuse it, so a product that is also a result,
-    or that a loop or a library call reads, is read from memory by all; ``shares_fusion``:
-    whether another reader of such a value reads it in the same fused code as ``op``, so
-    that XLA computes it once for both and does not contract it."""
-    if op.name not in ("stablehlo.add", "stablehlo.subtract") or \
-            op.result.type.element not in _CONTRACTED_FLOATS:
-        return None
+#: ``sharing(value, user)``: whether an op other than ``user`` reads ``value`` in the code
+#: being emitted
+Sharing = Callable[[ir.Value, ir.Op], bool]
 
-    def sole_operand(value: ir.Value, user: ir.Op, name: str) -> ir.Op | None:
-        """The producer of ``value`` if it is a ``name`` op read once by ``user`` and by
-        nothing else that shares its fusion."""
-        producer = scope.producers.get(value.name)
-        if producer is None or producer.name != name or not computed(scope.env.get(value.name)) \
-                or sum(v.name == value.name for v in user.operands) != 1 \
-                or any(other is not user and shares_fusion(other)
-                       for other in scope.uses.get(value.name, ())):
-            return None
-        return producer
 
-    for k, operand in enumerate(op.operands):
-        product = sole_operand(operand, op, "stablehlo.multiply")
-        if product is not None:
-            return Contraction(k, product, False)
-    if op.name == "stablehlo.add":
-        for k, operand in enumerate(op.operands):
-            negation = sole_operand(operand, op, "stablehlo.negate")
-            product = negation and sole_operand(negation.operands[0], negation,
-                                                "stablehlo.multiply")
-            if product is not None:
-                return Contraction(k, product, True)
+def contraction(op: ir.Op, env, computed: Callable[[Binding], bool],
+                sharing: Sharing) -> Contracted | None:
+    """How ``op`` is contracted with a product, where the plan says it may be
+    (``Contraction``): the first candidate whose product (and negation) is ``computed`` by
+    the code being emitted and written to no array, as a contracted product must be (XLA
+    copies a product into the fusions of its readers only where every reader can fuse it,
+    so a product that is also a result, or that a loop or a library call reads, is read
+    from memory by all), and, where it has other readers, none of them reads it in the
+    same code (then XLA computes it once for both and does not contract it). ``env``:
+    the bindings of ``op``'s scope."""
+    found = annotation(op, Contraction)
+    for k, negated, shared in found.candidates if found is not None else ():
+        value = op.operands[k]
+        binding = env.get(value.name)
+        if not computed(binding):
+            continue
+        reads = [(value, op)]
+        product = binding.op
+        if negated:
+            negation = product
+            binding = env.get(negation.operands[0].name)
+            if not computed(binding):
+                continue
+            reads.append((negation.operands[0], negation))
+            product = binding.op
+        if shared and any(sharing(v, user) for v, user in reads):
+            continue
+        return Contracted(k, product, negated, found.subtract)
     return None
 
 
@@ -328,10 +314,11 @@ def _unwritten(binding) -> bool:
 
 
 def _fused_roots(cluster: ElementwiseCluster, outputs: dict, in_cluster
-                 ) -> dict[int, frozenset]:
+                 ) -> tuple[dict[int, frozenset], dict[tuple[int, str], list[ir.Op]]]:
     """For each member (by ``id``), the outputs of the cluster computed from its value
     through members that read it directly: the values XLA would make the roots of the
-    fusions that contain the member's code."""
+    fusions that contain the member's code; and for each member's value, the members that
+    read it."""
     readers: dict[tuple[int, str], list[ir.Op]] = {}
     for op, scope in cluster.members:
         for v in op.operands:
@@ -345,17 +332,17 @@ def _fused_roots(cluster: ElementwiseCluster, outputs: dict, in_cluster
         for reader in readers.get(key, ()):
             mine |= roots.get(id(reader), frozenset())
         roots[id(op)] = frozenset(mine)
-    return roots
+    return roots, readers
 
 
-def contracted_expression(op: ir.Op, found: Contraction, factors: list[str],
+def contracted_expression(op: ir.Op, found: Contracted, factors: list[str],
                           other: str) -> str:
     """The C++ of ``op`` contracted as ``found`` says, from the product's factors and the
     other operand's expression."""
     x, y = factors
-    if found.negated or (op.name == "stablehlo.subtract" and found.operand == 1):
+    if found.negated or (found.subtract and found.operand == 1):
         x = f"(-{x})"  # z - x*y and -(x*y) + z: fma(-x, y, z)
-    elif op.name == "stablehlo.subtract":
+    elif found.subtract:
         other = f"(-{other})"  # x*y - z: fma(x, y, -z)
     function = "mul_add_f16" if op.result.type.element == "f16" else "mul_add"
     return f"h2d::{function}({x}, {y}, {other})"
@@ -392,12 +379,16 @@ def _emit_map(emit: Emitter, cluster: ElementwiseCluster, outputs: dict,
     def in_registers(binding) -> bool:
         return in_cluster(binding) and binding.key not in outputs
 
-    roots = _fused_roots(cluster, outputs, in_cluster)
+    roots, readers = _fused_roots(cluster, outputs, in_cluster)
     live, contractions = set(outputs), {}
     for op, scope in reversed(cluster.members):
         if (id(scope), op.results[0].name) in live:
-            found = contraction(scope, op, in_registers, lambda other, op=op: bool(
-                roots.get(id(other), frozenset()) & roots[id(op)]))
+            def sharing(value: ir.Value, user: ir.Op, op=op, scope=scope) -> bool:
+                key = scope.env[value.name].key
+                return any(other is not user and roots.get(id(other), frozenset())
+                           & roots[id(op)] for other in readers.get(key, ()))
+
+            found = contraction(op, scope.env, in_registers, sharing)
             operands = list(op.operands)
             if found is not None:
                 contractions[id(op)] = found
@@ -652,10 +643,10 @@ class Recompute:
             if stored is not None:
                 return stored
         if key not in self.done:
-            op = binding.scope.producers[binding.value.name]
+            op = binding.op
             out_type = dtypes.of(binding.type, op.name, op.location)
             env = binding.scope.env
-            found = contraction(binding.scope, op, _unwritten, lambda other: True)
+            found = contraction(op, env, _unwritten, lambda value, user: True)
             if found is not None:
                 factors = [self.value(env[v.name], point) for v in found.product.operands]
                 expression = contracted_expression(

@@ -20,6 +20,7 @@ import dace
 import numpy as np
 
 from .. import ir
+from ..plan.annotations import ComputedByReaders, annotation
 from . import dtypes, registry
 from .bindings import (
     Array,
@@ -37,7 +38,6 @@ from .bindings import (
 from .builder import Builder, Reader
 from .cpp import Loop, Writer
 from .emitter import Element, Whole, pieces_to_copy, schedule_for
-from .known import known_value
 from .registry import register
 from .shape import clamped_starts
 
@@ -111,8 +111,7 @@ def gather(b: Builder, op: ir.Op) -> list[Binding]:
     source = b.readable(operand)
     if source.is_literal:
         return [Literal(source.value, t)]
-    if (b.level.fuse and t.rank and t.size and op.result.name not in b.scope.destinations
-            and registry.read_elementwise(b.scope, op.result)):
+    if annotation(op, ComputedByReaders) is not None and not b.destination(op.result):
         return [_lazy_gather(b, op, source, dims, sizes)]
     target = b.allocate_result(op.result)
     if t.size == 0:
@@ -208,7 +207,7 @@ def _strided_window(b: Builder, op: ir.Op, numbers: dict, window_of: dict[int, i
     indices, updates = op.operands[n], op.operands[n + 1]
     to_operand = numbers.get("scatter_dims_to_operand_dims", ())
     # index vectors of no components (``x.at[:].set``) place every window at 0
-    starts = known_value(b.scope, b.constants, indices) if to_operand else np.zeros(
+    starts = b.known(indices) if to_operand else np.zeros(
         indices.type.shape, np.int64)
     shape, update_shape = op.operands[0].type.shape, updates.type.shape
     if starts is None or 0 in update_shape:
@@ -498,12 +497,12 @@ def scatter(b: Builder, op: ir.Op) -> list[Binding]:
             own = _box(strided, update_shape) if strided is not None and _replaces(
                 op.regions[0], n) else None
             skipped = [*filter(None, [own]), *(_replaced_later(b, result) if n == 1 else ())]
-            first = _block(own, shape, elements[0].storage_numpy.itemsize) if (
-                own is not None and n == 1 and pieces_to_copy(value.type, skipped) is None
-            ) else None
+            whole = own is not None and n == 1 \
+                and pieces_to_copy(value.type, skipped, b.machine) is None
+            first = _block(own, shape, elements[0].storage_numpy.itemsize) if whole else None
             around = [[*own[:first], *((0, k) for k in shape[first:])], *skipped[1:]] \
                 if first is not None else None
-            if around and pieces_to_copy(value.type, around) is not None:
+            if around and pieces_to_copy(value.type, around, b.machine) is not None:
                 blocked = (value, first)  # the op writes its blocks whole, the copy the rest
                 skipped = around
             b.emit.copy(source, target, skipped=skipped)

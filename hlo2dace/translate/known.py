@@ -10,37 +10,38 @@ records say how (in NumPy, whose integers wrap as StableHLO's do)."""
 
 from __future__ import annotations
 
+from typing import Callable, Mapping
+
 import numpy as np
 
 from .. import ir
 from . import registry
-from .scopes import Scope
 
 #: the most elements of a value that is evaluated
 LIMIT = 1 << 16
 
 
-def known_value(scope: Scope, constants: dict[str, np.ndarray], value: ir.Value
+def known_value(producers: Mapping[str, ir.Op], value: ir.Value,
+                bound: Callable[[ir.Value], np.ndarray | None] = lambda value: None
                 ) -> np.ndarray | None:
-    """``value``'s elements if ``scope`` computes them from constants alone (the program's
-    hidden ``constants`` among them)."""
+    """``value``'s elements if the ops of its block (``producers``: value name -> op)
+    compute them from constants alone; ``bound(value)``: the elements a value is known
+    to hold already (a translator's literal or hidden constant), or None."""
     t = value.type
     if not (isinstance(t, ir.TensorType) and t.is_static and t.size <= LIMIT
             and (ir.is_bool(t.element) or ir.is_integer(t.element)
                  and ir.integer_width(t.element) in (8, 16, 32, 64))):
         return None
-    binding = scope.env.get(value.name)
-    if binding is not None and binding.is_literal:
-        return np.full(t.shape, binding.value)
-    if binding is not None and binding.data in constants and binding.is_array(binding.data):
-        return constants[binding.data].reshape(t.shape)
-    op = scope.producers.get(value.name)
+    known = bound(value)
+    if known is not None:
+        return np.asarray(known).reshape(t.shape)
+    op = producers.get(value.name)
     evaluate = registry.record(op.name).known if op is not None else None
     if evaluate is None or len(op.results) != 1:
         return None
 
     def operand(k: int) -> np.ndarray:
-        known = known_value(scope, constants, op.operands[k])
+        known = known_value(producers, op.operands[k], bound)
         if known is None:
             raise _Unknown
         return known

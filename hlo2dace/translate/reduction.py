@@ -29,6 +29,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from .. import ir, symbolic
+from ..machine import FEW_OUTPUTS
+from ..plan.analysis import over_rows
+from ..plan.annotations import ComputedByReaders, annotation
 from . import dtypes, registry
 from .bindings import (
     Array,
@@ -51,8 +54,6 @@ from .registry import register
 SCAN_BLOCK = 16
 #: rows scanned side by side by one map iteration (``_scan``): two AVX-512 vectors of f32
 SCAN_LANES = 32
-#: outputs below this count make a reduction split its reduced elements into chunks
-FEW_OUTPUTS = 64
 #: chunks never hold fewer elements than this (a chunk is one loop, run by one thread)
 MIN_CHUNK = 4096
 MAX_CHUNKS = 256
@@ -67,9 +68,6 @@ ROW_BLOCK = 1024
 #: over the threads
 ROW_ITERATIONS = 64
 MIN_ROW_BLOCK = 64
-#: rows longer than this are not reduced in the map that reads them (``_reduced_in_rows``):
-#: its loops over one row read it again, from cache while the row fits in L2
-MAX_FUSED_ROW = 1 << 14
 
 
 #: elements of a reduction's innermost loop read (or computed) at a time, before folding
@@ -326,29 +324,12 @@ def reduce(b: Builder, op: ir.Op) -> list[Binding]:
     return _reduced_in_rows(b, op) or _reduced_after_rows(b, op) or _reduce(b, op)
 
 
-def _over_rows(b: Builder, op: ir.Op) -> bool:
-    """Whether ``op`` reduces its operands' trailing dimensions (a row per result element)
-    that a map may reduce a row at a time: not rows too long to stay in cache between the
-    loops over them, nor so few rows that their map would run on one thread."""
-    operand = op.operands[0]
-    shape = operand.type.shape
-    rank, dimensions = len(shape), sorted(int(d) for d in op.attr("dimensions"))
-    if (not b.level.recomputed_ops or symbolic.is_symbolic(operand.type)
-            or not dimensions or dimensions != list(range(rank - len(dimensions), rank))
-            or len(dimensions) == rank):
-        return False
-    row = int(np.prod(shape[rank - len(dimensions):], dtype=np.int64))
-    return op.results[0].type.size >= FEW_OUTPUTS and 0 < row <= MAX_FUSED_ROW
-
-
 def _reduced_in_rows(b: Builder, op: ir.Op) -> list[RowReduction] | None:
-    """A reduction over rows (``_over_rows``) whose results only elementwise ops read
-    (through views), bound lazily (``RowReduction``): a map that reads it computes it a
-    row at a time (``_row_fold``), and the elementwise value it reduces with it, as XLA
-    fuses a softmax or a layer norm into one loop per row."""
-    if not _over_rows(b, op) or any(r.name in b.scope.destinations
-                                    or not registry.read_elementwise(b.scope, r)
-                                    for r in op.results):
+    """A reduction over rows whose results only elementwise ops read (through views:
+    ``ComputedByReaders``), bound lazily (``RowReduction``): a map that reads it computes
+    it a row at a time (``_row_fold``), and the elementwise value it reduces with it, as
+    XLA fuses a softmax or a layer norm into one loop per row."""
+    if annotation(op, ComputedByReaders) is None or any(b.destination(r) for r in op.results):
         return None
     return _row_reductions(b, op)
 
@@ -362,7 +343,7 @@ def _reduced_after_rows(b: Builder, op: ir.Op) -> list[Binding] | None:
     thread: 15 ms where XLA took 9)."""
     n = len(op.operands) // 2
     shape = tuple(op.results[0].type.shape)
-    if not _over_rows(b, op) or not any(
+    if not b.fusion.recompute or not over_rows(op, b.machine) or not any(
             tuple(row.op.results[row.index].type.shape) == shape
             for v in op.operands[:n] for row in unmaterialised_rows(b.binding(v), 1 << 8)):
         return None

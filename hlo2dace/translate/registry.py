@@ -169,17 +169,6 @@ def elementwise_rule(op: ir.Op) -> ElementwiseRule | None:
     return rule
 
 
-def read_elementwise(scope, value: ir.Value, depth: int = 3) -> bool:
-    """Whether every op of ``scope`` that uses ``value`` is elementwise, or a view whose
-    result only such ops read (``depth`` views deep): then a value bound lazily may be
-    computed by its readers' maps."""
-    users = scope.uses.get(value.name, ())
-    return bool(users) and all(
-        elementwise_rule(user) is not None
-        or record(user.name).view and depth and len(user.results) == 1
-        and read_elementwise(scope, user.results[0], depth - 1) for user in users)
-
-
 def translator(op: ir.Op, target: str = DEFAULT_TARGET) -> Callable:
     """The translator of ``op`` on ``target``; UnsupportedError if it has none."""
     found = record(op.name)

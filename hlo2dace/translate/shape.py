@@ -10,6 +10,7 @@ import numpy as np
 import sympy
 
 from .. import ir, symbolic
+from ..plan.annotations import ComputedByReaders, annotation
 from . import dtypes
 from .bindings import (
     Array,
@@ -37,7 +38,7 @@ from .bindings import (
 from .builder import Builder, Reader, binding_reader
 from .emitter import Element, Value, Whole
 from .known import result_dtype
-from .registry import define, read_elementwise, register, register_elementwise
+from .registry import define, register, register_elementwise
 
 
 def _view(b: Builder, operand: ir.Value, result: ir.Value, axes: list[Axis]) -> list[Binding]:
@@ -53,13 +54,12 @@ def _view(b: Builder, operand: ir.Value, result: ir.Value, axes: list[Axis]) -> 
     # through a View, rather than recomputed for every element it is broadcast to (unless
     # the level says otherwise, or it is computed from row reductions: then once per row,
     # by the map that computes them)
-    recompute = b.level.recompute_broadcasts or at_most(t.size, source.type.size) or bool(
-        unmaterialised_rows(pending, b.level.recomputed_ops))
+    recompute = b.fusion.broadcasts or at_most(t.size, source.type.size) or bool(
+        unmaterialised_rows(pending, b.fusion.recompute))
     if isinstance(pending, PendingView) and recompute:
         return [PendingView(pending.source, compose_axes(pending.axes, axes), t)]
-    if (b.level.recomputed_ops and isinstance(pending, Pending) and pending.unresolved
-            and not pending.cluster.closed and recompute
-            and pending.value.name not in pending.scope.destinations):
+    if (b.fusion.recompute and isinstance(pending, Pending) and pending.unresolved
+            and not pending.cluster.closed and recompute and not pending.destined):
         return [PendingView(pending, tuple(axes) if operand.type.rank else (), t)]
     source = b.readable(operand)
     if source.is_literal:
@@ -254,13 +254,6 @@ def same_values(op, knowns, shapes):
     return None if knowns[0] is None else list(knowns[0].flat)
 
 
-def _read_by_products(scope, value: ir.Value) -> bool:
-    """Whether only products read ``value``: they read a reshape of a whole array in its
-    memory, which has the reshape's row-major layout (``linalg._operand_in_place``)."""
-    users = scope.uses.get(value.name, ())
-    return bool(users) and all(user.name == "stablehlo.dot_general" for user in users)
-
-
 @register("stablehlo.reshape",
           known=lambda op, operand: operand(0).astype(result_dtype(op)),
           shape_rule=_reshape_shape, value_rule=same_values, scalar_alias=True, view=True,
@@ -273,8 +266,8 @@ def reshape(b: Builder, op: ir.Op) -> list[Binding]:
     view's source too), so no copy precedes it. A product that wrote its result into
     this one's destination (``same_memory``) wrote it in row-major order: nothing to do."""
     (operand,) = op.operands
-    if b.binding(operand).is_array(b.scope.destinations.get(op.result.name)):
-        return [Array(b.scope.claim(op.result), op.result.type)]
+    if b.binding(operand).is_array(b.destination(op.result)):
+        return [b.allocate_result(op.result)]
     source_shape = [n for n in operand.type.shape]
     result_shape = list(op.result.type.shape)
     if [n for n in source_shape if n != 1] == [n for n in result_shape if n != 1]:
@@ -282,9 +275,9 @@ def reshape(b: Builder, op: ir.Op) -> list[Binding]:
         result_dims = iter(r for r, n in enumerate(result_shape) if n != 1)
         axes = [Axis(None, 0, 0) if n == 1 else Axis(next(result_dims)) for n in source_shape]
         return _view(b, operand, op.result, axes)
-    lazy = read_elementwise(b.scope, op.result) and op.result.type.size \
-        and op.result.name not in b.scope.destinations \
-        and not symbolic.is_symbolic(op.result.type) and not symbolic.is_symbolic(operand.type)
+    readers = annotation(op, ComputedByReaders)
+    lazy = readers is not None and readers.readers == "elementwise" \
+        and not b.destination(op.result)
     bound = b.binding(operand)
     if lazy and isinstance(bound, Reshaped) and bound.axes is None and not bound.materialised:
         # a reshape of a reshape: the same row-major order
@@ -292,9 +285,8 @@ def reshape(b: Builder, op: ir.Op) -> list[Binding]:
     source = b.readable(operand)
     if source.is_literal:
         return [Literal(source.value, op.result.type)]
-    if lazy or (isinstance(source, Array) and _read_by_products(b.scope, op.result)
-                and op.result.name not in b.scope.destinations
-                and not symbolic.is_symbolic(op.result.type)):
+    if lazy or (isinstance(source, Array) and readers is not None
+                and readers.readers == "products" and not b.destination(op.result)):
         return [Reshaped(source, tuple(result_shape), None, op.result.type)]
     target = b.allocate_result(op.result)
     flat = flat_index(result_shape, map_params(len(result_shape)))
@@ -331,13 +323,15 @@ def _concatenate_values(op, knowns, shapes):
     [operand(k) for k in range(len(op.operands))], axis=int(op.attr("dimension"))),
     shape_rule=_concatenate_shape, value_rule=_concatenate_values)
 def concatenate(b: Builder, op: ir.Op) -> list[Binding]:
-    """Bound lazily (``Pieces``): an elementwise consumer reads each element from the
-    operand it falls in, so ``jnp.roll`` and friends cost no copy; a function result is
+    """Bound lazily where the plan says so (``ComputedByReaders``: ``Pieces``): an
+    elementwise consumer reads each element from the operand it falls in, so ``jnp.roll``
+    and friends cost no copy; anything else gets it written once; a function result is
     written at once."""
     dimension = int(op.attr("dimension"))
     parts = tuple(b.readable(v) for v in op.operands if v.type.size)
     pieces = Pieces(parts, dimension, op.result.type)
-    if op.result.name in b.scope.destinations or op.result.type.size == 0:
+    if (b.destination(op.result) or op.result.type.size == 0
+            or annotation(op, ComputedByReaders) is None):
         target = b.allocate_result(op.result)
         b.write_pieces(pieces, target)
         return [target]
@@ -404,11 +398,8 @@ def dynamic_slice(b: Builder, op: ir.Op) -> list[Binding]:
             k == n for d, (k, n) in enumerate(zip(sizes, operand.type.shape))
             if d != source.dimension)):
         source = b.readable(operand)
-    written = set(b.scope.destinations.values())
-    if (b.level.fuse and t.rank and t.size > 1 and sizes[-1] == 1
-            and isinstance(source, (Array, View)) and source.data not in written
-            and op.result.name not in b.scope.destinations
-            and read_elementwise(b.scope, op.result)):
+    if (annotation(op, ComputedByReaders) is not None and isinstance(source, (Array, View))
+            and not b.written_by_results(source.data) and not b.destination(op.result)):
         starts = tuple(view_of(b.readable(v), (), ir.TensorType(t.shape, v.type.element))
                        for v in start_values)
         return [Gathered(source, starts, tuple(n - k for n, k in zip(operand.type.shape, sizes)),

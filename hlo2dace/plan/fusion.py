@@ -1,0 +1,182 @@
+"""The plan's fusion decisions, as XLA's fusion passes make them: elementwise ops of one
+shape computed in one map (``fuse_elementwise``), a producer computed by the readers that
+read it (``fuse_into_readers``) or by the one op that consumes it
+(``fuse_into_consumers``), and a product contracted into its add (``contract_multiply_
+adds``). The builder's lazy bindings (``translate/bindings.py``) are how the lowering
+carries them out."""
+
+from __future__ import annotations
+
+from .. import ir, symbolic
+from ..translate.registry import elementwise_rule, record
+from .analysis import BlockUses, over_rows
+from .annotations import (
+    ComputedByReaders,
+    Contraction,
+    FusedOperands,
+    Fusion,
+    FusionOptions,
+    annotated,
+    annotation,
+    module_annotated,
+)
+from .passes import PassContext, rewrite_blocks
+
+#: how deep ``reads_elementwise`` follows views
+VIEW_DEPTH = 3
+
+
+def fuse_elementwise(module: ir.Module, context: PassContext) -> ir.Module:
+    """Elementwise ops of one shape fuse into one map of one tasklet, each op a C++ local
+    (``Fusion``: the map of its shape); slices, transposes and broadcasts of their values
+    are recomputed by the elementwise ops that read them, up to the level's number of ops
+    (``FusionOptions``), as XLA fuses cheap producers into their consumers."""
+    level = context.level
+    module = module_annotated(module, FusionOptions(level.recomputed_ops,
+                                                    level.recompute_broadcasts))
+
+    def rewrite(block: ir.Block, uses: BlockUses, context: PassContext) -> list[ir.Op]:
+        shapes: dict[tuple, int] = {}
+        ops = []
+        for op in block.ops:
+            if elementwise_rule(op) is not None and op.results:
+                group = shapes.setdefault(tuple(op.results[0].type.shape), len(shapes))
+                op = annotated(op, Fusion(group))
+            ops.append(op)
+        return ops
+
+    return rewrite_blocks(module, context, rewrite)
+
+
+def reads_elementwise(uses: BlockUses, value: ir.Value, depth: int = VIEW_DEPTH) -> bool:
+    """Whether every op of the block that reads ``value`` is elementwise, or a view whose
+    result only such ops read (``depth`` views deep): then its readers' maps may compute
+    it where they read it."""
+    readers = uses.readers(value)
+    return bool(readers) and all(
+        elementwise_rule(user) is not None
+        or record(user.name).view and depth and len(user.results) == 1
+        and reads_elementwise(uses, user.results[0], depth - 1) for user in readers)
+
+
+def fuse_into_readers(block: ir.Block, uses: BlockUses, context: PassContext) -> list[ir.Op]:
+    """A reshape that moves elements across dimensions, a gather, a one-element-wide
+    dynamic slice (a loop's ``u[:, :, k]``) or a reduction of rows whose readers are all
+    elementwise is computed by their maps where they read it, never written whole
+    (``ComputedByReaders``), as XLA fuses it into its consumers; a reshape of a whole
+    array that only products read is read by BLAS where the array lies; a concatenation
+    is read by each reader from the part an element falls in."""
+    ops = []
+    for op in block.ops:
+        readers = _computed_by(op, uses, context)
+        ops.append(op if readers is None else annotated(op, ComputedByReaders(readers)))
+    return ops
+
+
+def _computed_by(op: ir.Op, uses: BlockUses, context: PassContext) -> str | None:
+    t = op.results[0].type if op.results else None
+    if not isinstance(t, ir.TensorType) or not t.is_static and not symbolic.is_symbolic(t):
+        return None
+    if op.name == "stablehlo.concatenate":
+        return "any" if t.size else None
+    if any(symbolic.is_symbolic(v.type) for v in (*op.operands, *op.results)) or not t.size:
+        return None
+    if op.name == "stablehlo.reshape":
+        if reads_elementwise(uses, op.result):
+            return "elementwise"
+        readers = uses.readers(op.result)
+        return "products" if readers and all(r.name == "stablehlo.dot_general"
+                                             for r in readers) else None
+    if op.name == "stablehlo.gather" and t.rank and reads_elementwise(uses, op.result):
+        return "elementwise"
+    if op.name == "stablehlo.dynamic_slice" and t.rank and t.size > 1 \
+            and op.attr("slice_sizes")[-1] == 1 and reads_elementwise(uses, op.result):
+        return "elementwise"
+    if op.name == "stablehlo.reduce" and over_rows(op, context.machine) \
+            and all(reads_elementwise(uses, r) for r in op.results):
+        return "elementwise"
+    return None
+
+
+def fuse_into_consumers(block: ir.Block, uses: BlockUses, context: PassContext
+                        ) -> list[ir.Op]:
+    """An elementwise value that only a reduction, or a scatter as its updates, reads is
+    computed by that op's own loops where it reads it (``FusedOperands``), never written:
+    XLA fuses a reduction's and a scatter's producers into them."""
+    ops = []
+    for op in block.ops:
+        candidates = _consumed_operands(op)
+        fused = tuple(k for k in candidates
+                      if _fusible_producer(uses, op.operands[k], op))
+        if fused and annotation(op, FusedOperands) is None:
+            op = annotated(op, FusedOperands(fused))
+        ops.append(op)
+    return ops
+
+
+def _consumed_operands(op: ir.Op) -> range:
+    """The operands of ``op`` whose producers its lowering can compute in its own loops."""
+    if op.name == "stablehlo.reduce":
+        return range(len(op.operands) // 2)
+    if op.name == "stablehlo.scatter":
+        n = (len(op.operands) - 1) // 2
+        return range(n + 1, len(op.operands))
+    return range(0)
+
+
+def _fusible_producer(uses: BlockUses, value: ir.Value, op: ir.Op) -> bool:
+    producer = uses.producer(value)
+    return (producer is not None and annotation(producer, Fusion) is not None
+            and uses.only_reader(value, op))
+
+
+#: the float types whose products XLA's CPU code contracts with an add or a subtract into
+#: one fused multiply-add (a single rounding) where the machine has FMA: LLVM's ``contract``
+#: on XLA's elemental code. XLA copies a product into every fusion that reads it; LLVM
+#: contracts an add (or subtract) with an operand that is a product (or, for an add, a
+#: negated product) of no other use in that fusion, the first such operand when both are.
+#: Measured against jax.jit: ``a*b+c``, ``c-a*b``, ``a*b-c*d`` (``fma(a, b, -(c*d))``),
+#: ``-(a*b)+c``, broadcasts between; no contraction for ``(a*b+c) * (a*b)``. f16 products
+#: contract only where the CPU computes in f16 (AVX512-FP16), which the C++ decides
+#: (``h2d::mul_add_f16``: elsewhere the product rounds first, as uncontracted).
+CONTRACTED_FLOATS = ("f16", "f32", "f64")
+
+
+def contract_multiply_adds(block: ir.Block, uses: BlockUses, context: PassContext
+                           ) -> list[ir.Op]:
+    """An add or subtract of a fused product (or, for an add, a negated product) is one
+    fused multiply-add, as XLA's CPU code contracts it (``Contraction``; the lowering
+    contracts it where the product is computed in the same map and not written, and no
+    other op of that map reads it)."""
+    ops = []
+    for op in block.ops:
+        found = _contraction(op, uses)
+        ops.append(op if found is None else annotated(op, found))
+    return ops
+
+
+def _contraction(op: ir.Op, uses: BlockUses) -> Contraction | None:
+    if op.name not in ("stablehlo.add", "stablehlo.subtract") or \
+            op.result.type.element not in CONTRACTED_FLOATS or annotation(op, Fusion) is None:
+        return None
+    subtract = op.name == "stablehlo.subtract"
+
+    def operand_of(value: ir.Value, user: ir.Op, name: str) -> ir.Op | None:
+        producer = uses.producer(value)
+        if (producer is None or producer.name != name or annotation(producer, Fusion) is None
+                or sum(v.name == value.name for v in user.operands) != 1):
+            return None
+        return producer
+
+    def shared(*values: ir.Value) -> bool:
+        return any(len(uses.readers(v)) > 1 for v in values)
+
+    candidates = [(k, False, shared(value)) for k, value in enumerate(op.operands)
+                  if operand_of(value, op, "stablehlo.multiply") is not None]
+    if not subtract:
+        for k, value in enumerate(op.operands):
+            negation = operand_of(value, op, "stablehlo.negate")
+            if negation is not None and operand_of(negation.operands[0], negation,
+                                                   "stablehlo.multiply") is not None:
+                candidates.append((k, True, shared(value, negation.operands[0])))
+    return Contraction(tuple(candidates), subtract) if candidates else None
