@@ -118,7 +118,7 @@ class Lowered:
 
                     if main is not None and symbolic.has_dynamic_types(main):
                         module, signature = symbolic.refine(module, self._entry)
-                    context = self.options.context()
+                    context = self.options.context(self._entry)
                     module = self.pipeline.plan(module, context)
                     builder = Builder(module, self._name, self._entry, signature=signature,
                                       machine=context.machine)

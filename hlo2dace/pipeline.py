@@ -25,7 +25,7 @@ from . import ir
 from .errors import ArgumentError
 from .machine import Machine, current_machine
 from .optimize import Level
-from .plan import fusion, matvec, products
+from .plan import fusion, matvec, products, readers, updates
 from .plan.passes import STAGES, Pass, PassContext, block_pass
 from .sdfg_build import CODE_PASSES
 from .sdfg_passes import rows, threads, tiling
@@ -49,6 +49,11 @@ def cpu_passes(level: Level) -> list[Pass]:
     add("fuse_into_readers", "plan", block_pass(fusion.fuse_into_readers))
     add("fuse_into_consumers", "plan", block_pass(fusion.fuse_into_consumers))
     add("contract_multiply_adds", "plan", block_pass(fusion.contract_multiply_adds))
+    add("partial_sorts", "plan", block_pass(readers.partial_sorts))
+    add("result_destinations", "plan", updates.result_destinations)
+    add("update_in_place", "plan", block_pass(updates.update_in_place))
+    add("loop_buffers", "plan", block_pass(updates.loop_buffers))
+    add("skip_replaced_windows", "plan", block_pass(updates.skip_replaced_windows))
     # sdfg: the loop nests of the built SDFG's maps
     add("tile_transposing", "sdfg", tiling.tile_transposing)
     add("collapse_short_rows", "sdfg", rows.collapse_short_rows)
@@ -164,8 +169,8 @@ class Options:
 
         return pipeline(self.target, level(self.optimize), self.disable_passes)
 
-    def context(self) -> PassContext:
+    def context(self, entry: str | None = None) -> PassContext:
         from .optimize import level
 
         return PassContext(self.machine or current_machine(), self.target,
-                           level(self.optimize))
+                           level(self.optimize), entry)

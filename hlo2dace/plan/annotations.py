@@ -165,7 +165,7 @@ class ReplacedLater(Annotation):
 @dataclass(frozen=True)
 class ReadPrefix(Annotation):
     """Per result of a sort: how many leading elements of each row its readers read
-    (``lax.top_k`` slices the first k), 0 for a result nothing reads."""
+    (``lax.top_k`` slices the first k), -1 for a result nothing reads."""
 
     name: ClassVar[str] = "read_prefix"
     lengths: tuple[int, ...]

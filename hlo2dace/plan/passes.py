@@ -20,11 +20,13 @@ STAGES = ("plan", "sdfg", "code")
 @dataclass(frozen=True)
 class PassContext:
     """What a pass decides from besides its input: the machine the code is for, the
-    target and the optimisation level (its options)."""
+    target, the optimisation level (its options) and the entry function (None: ``main``,
+    or the only public one)."""
 
     machine: Machine
     target: str
     level: Level
+    entry: str | None = None
 
 
 @dataclass(frozen=True)

@@ -32,9 +32,11 @@ from .. import ir, symbolic
 from ..errors import CompilationError, UnsupportedError
 from ..machine import Machine, current_machine
 from ..plan.annotations import (
+    Destinations,
     FusedOperands,
     Fusion,
     FusionOptions,
+    InPlace,
     annotation,
     module_annotation,
 )
@@ -63,7 +65,7 @@ from .bindings import (
 from .emitter import HELPERS_CPP, Element, Emitter, Whole
 from .known import known_value
 from .literals import literal
-from .scopes import Scope, callee, updates_in_place, updates_in_results
+from .scopes import Scope, callee, updates_in_place
 
 #: C++ subscripts of a value -> a C++ expression of its element there (storage type)
 Reader = Callable[[Sequence[str]], str]
@@ -203,6 +205,11 @@ class Builder:
         if it has one and the claim is not taken yet."""
         return self.scope.destinations.get(value.name)
 
+    def claim(self, value: ir.Value) -> str | None:
+        """Take the claim on ``value``'s destination: the op being translated makes it
+        (``allocate_result`` takes it for the array it returns)."""
+        return self.scope.claim(value)
+
     def written_by_results(self, array: str) -> bool:
         """Whether a result of the scope being translated is to be written into
         ``array``."""
@@ -339,7 +346,9 @@ class Builder:
             return None
         if not isinstance(binding, Array) or binding.name in self.constants:
             return None
-        if destination is None and not (value.name in scope.producers
+        planned = annotation(op, InPlace)
+        if destination is None and not (planned is not None
+                                         and op.operands.index(value) in planned.operands
                                          and self.emit.sdfg.arrays[binding.name].transient):
             return None
         if not self.overwritable(binding.name, op, value):
@@ -672,12 +681,12 @@ class Builder:
             self.result_names.append(f"__return{i}")
 
         block = main.body.entry
-        produced = {r.name for op in block.ops for r in op.results}
-        destinations: dict[str, str] = {}
-        for value, target in zip(block.terminator.operands, results):
-            if target is not None and value.name in produced and value.name not in destinations:
-                destinations[value.name] = target.name
-        updates_in_results(block, destinations)
+        destinations: dict[str, str] = {}  # the plan's (``result_destinations``)
+        for op in block.ops:
+            found = annotation(op, Destinations)
+            for value, k in zip(op.results, found.results if found is not None else ()):
+                if k >= 0 and results[k] is not None:
+                    destinations[value.name] = results[k].name
         env = ChainMap({a.name: b for a, b in zip(main.arguments, arguments)})
         scope = Scope.of(env, block, destinations)
         returned = self.translate_block(block, scope)

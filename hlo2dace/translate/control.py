@@ -31,6 +31,7 @@ from dace.properties import CodeBlock
 from dace.sdfg.state import BreakBlock, ConditionalBlock, ControlFlowRegion, LoopRegion
 
 from .. import ir, symbolic
+from ..plan.annotations import InPlace, annotation
 from . import registry
 from .bindings import TOKEN, Array, Binding, at_most
 from .builder import Builder
@@ -72,7 +73,7 @@ def _call_shape(inference, op, operands, shapes, knowns, env):
 @register("func.call", "stablehlo.call", shape_rule=_call_shape)
 def call(b: Builder, op: ir.Op) -> list[Binding]:
     function = b.callee(op)
-    destinations = [b.scope.claim(r) for r in op.results]
+    destinations = [b.claim(r) for r in op.results]
     results = b.call_function(function, [b.binding(v) for v in op.operands], destinations)
     for k, (value, binding, destination) in enumerate(zip(op.results, results, destinations)):
         # a destination that still holds a value read later (a loop-carried array whose
@@ -215,11 +216,10 @@ def _reusable(b: Builder, op: ir.Op, k: int, init: Binding) -> bool:
     nothing reads after the loop (nor another operand of it), for a result that need not
     end in an array of its own (a function result's). NPBench's vadv chains five loops
     over the same columns; each copied them whole."""
-    value = op.operands[k]
-    return (isinstance(init, Array) and b.emit.sdfg.arrays[init.name].transient
-            and op.results[k].name not in b.scope.destinations
-            and sum(v.name == value.name for v in op.operands) == 1
-            and b.overwritable(init.name, op, value))
+    planned = annotation(op, InPlace)
+    return (planned is not None and k in planned.operands and isinstance(init, Array)
+            and b.emit.sdfg.arrays[init.name].transient and not b.destination(op.results[k])
+            and b.overwritable(init.name, op, op.operands[k]))
 
 
 def _loop_bound(b: Builder, value: ir.Value, assignments: dict[str, str]) -> str:

@@ -20,7 +20,7 @@ import dace
 import numpy as np
 
 from .. import ir
-from ..plan.annotations import ComputedByReaders, annotation
+from ..plan.annotations import ComputedByReaders, ReplacedLater, annotation
 from . import dtypes, registry
 from .bindings import (
     Array,
@@ -40,6 +40,7 @@ from .cpp import Loop, Writer
 from .emitter import Element, Whole, pieces_to_copy, schedule_for
 from .registry import register
 from .shape import clamped_starts
+from .windows import box, replaces, strided_window, windows
 
 #: such updates run in parallel with atomics only into results this large, where they
 #: rarely meet and wait for memory anyway; one thread updates a cached result faster
@@ -196,66 +197,12 @@ def _operand_position(rank: int, start_dims: Sequence[int], operand_batching: Se
 # ------------------------------------------------------------------------- scatter
 
 
-def _strided_window(b: Builder, op: ir.Op, numbers: dict, window_of: dict[int, int],
-                    window_sizes: Sequence[int]) -> list[tuple[int, int, int | None]] | None:
-    """For indices known at translation time that place every update element at
-    ``offset + stride * u[dim]`` along each operand dimension (one update dimension per
-    operand dimension, each at most once, all windows in bounds): those ``(offset,
-    stride, dim)`` (``dim`` None: a constant position). Such a scatter updates a strided
-    box of distinct elements, as ``x.at[2:5]``, ``x.at[::2]`` or ``x.at[:, 1]`` do."""
-    n = (len(op.operands) - 1) // 2
-    indices, updates = op.operands[n], op.operands[n + 1]
-    to_operand = numbers.get("scatter_dims_to_operand_dims", ())
-    # index vectors of no components (``x.at[:].set``) place every window at 0
-    starts = b.known(indices) if to_operand else np.zeros(
-        indices.type.shape, np.int64)
-    shape, update_shape = op.operands[0].type.shape, updates.type.shape
-    if starts is None or 0 in update_shape:
-        return None  # no updates to place: the general path does nothing, as it should
-    window_dims = numbers.get("update_window_dims", ())
-    scatter_dims = [d for d in range(len(update_shape)) if d not in window_dims]
-    ivd = numbers.get("index_vector_dim", 0)
-    batch = np.indices([update_shape[d] for d in scatter_dims], dtype=np.int64)
-    # the start of each update's window along each operand dimension, over the scatter dims
-    start = [np.zeros(batch.shape[1:], np.int64) for _ in shape]
-    for k, d in enumerate(to_operand):
-        position = list(batch)
-        if ivd < indices.type.rank:
-            position.insert(ivd, np.full(batch.shape[1:], k))
-        start[d] = np.asarray(starts[tuple(position)], np.int64)
-        if not ((start[d] >= 0) & (start[d] <= shape[d] - window_sizes[d])).all():
-            return None  # a dropped window: the general path drops it
-    input_batching = numbers.get("input_batching_dims", ())
-    for d, d_start in zip(input_batching, numbers.get("scatter_indices_batching_dims", ())):
-        start[d] = start[d] + batch[d_start - (d_start > ivd)]
-    boxes, used = [], set()
-    for d, values in enumerate(start):
-        offset = int(values.reshape(-1)[0]) if values.size else 0
-        steps = {}
-        for axis, u in enumerate(scatter_dims):
-            if update_shape[u] > 1:
-                step = int(np.take(values, 1, axis=axis).reshape(-1)[0]
-                           - np.take(values, 0, axis=axis).reshape(-1)[0])
-                if step:
-                    steps[u] = step
-        if d in window_of and update_shape[window_of[d]] > 1:
-            steps[window_of[d]] = steps.get(window_of[d], 0) + 1
-        affine = offset + sum(step * batch[scatter_dims.index(u)] for u, step in steps.items()
-                              if u in scatter_dims)
-        if len(steps) > 1 or used & set(steps) or not (values == affine).all():
-            return None
-        used |= set(steps)
-        ((dim, stride),) = steps.items() if steps else ((None, 0),)
-        boxes.append((offset, stride, dim))
-    if any(n > 1 and u not in used for u, n in enumerate(update_shape)):
-        return None  # updates that meet: the general path combines them in order
-    return boxes
 
 
 def _update_strided(b: Builder, op: ir.Op, targets: Sequence[Array],
                     boxes: Sequence[tuple[int, int, int | None]]) -> None:
     """The scatter as one map over the updates that applies the body to the elements of
-    the strided box ``boxes`` (see ``_strided_window``): no index arithmetic at run time."""
+    the strided box ``boxes`` (see ``windows.strided_window``): no index arithmetic at run time."""
     n = len(targets)
     updates, region = op.operands[n + 1:], op.regions[0].entry
     rank = updates[0].type.rank
@@ -299,7 +246,7 @@ def _block(box: Sequence[tuple[int, int]], shape: Sequence[int], item: int) -> i
 
 def _update_blocks(b: Builder, op: ir.Op, target: Array, operand: ir.Value, first: int,
                    boxes: Sequence[tuple[int, int, int | None]]) -> None:
-    """A ``.set`` of a strided box (``_strided_window``) as one map over the updates in
+    """A ``.set`` of a strided box (``windows.strided_window``) as one map over the updates in
     which each update writes the dimensions of the operand from ``first`` on whole
     (``_block``): its element, and the operand's elements beside it, so that each cache
     line there is read and written once (a copy, then the update, write it twice)."""
@@ -325,11 +272,6 @@ def _update_blocks(b: Builder, op: ir.Op, target: Array, operand: ir.Value, firs
                {"__dst": Whole(target)}, max(1, len(computed)))
 
 
-def _replaces(region: ir.Region, n: int) -> bool:
-    """Whether the body returns its update arguments as they are (``.set``)."""
-    block = region.entry
-    return len(block.ops) == 1 and [v.name for v in block.terminator.operands] == [
-        a.name for a in block.arguments[n:]]
 
 
 def _order_free(region: ir.Region, element: dtypes.ElementType) -> bool:
@@ -387,63 +329,15 @@ def _sets_every_element(op: ir.Op) -> int | None:
              and not fields.get("input_batching_dims")
              and tuple(map(int, fields.get("update_window_dims", ()))) == tuple(range(rank))
              and op.operands[2].type.shape == op.operands[0].type.shape)
-    return 2 if every and _replaces(op.regions[0], 1) else None
+    return 2 if every and replaces(op.regions[0], 1) else None
 
 
-def _windows(numbers: dict, shape: Sequence[int], update_shape: Sequence[int]
-             ) -> tuple[dict[int, int], list[int]]:
-    """Operand dimension -> the update dimension its window runs along (none for inserted
-    and batching dimensions: a window of one element), and the size of the window along
-    each operand dimension."""
-    window_of: dict[int, int] = {}
-    free = iter(numbers.get("update_window_dims", ()))
-    for d in range(len(shape)):
-        if d not in numbers.get("inserted_window_dims", ()) and d not in numbers.get(
-                "input_batching_dims", ()):
-            window_of[d] = next(free)
-    return window_of, [update_shape[window_of[d]] if d in window_of else 1
-                       for d in range(len(shape))]
 
 
-def _box(strided: Sequence[tuple[int, int, int | None]], update_shape: Sequence[int]
-         ) -> list[tuple[int, int]] | None:
-    """The positions of a strided box (``_strided_window``) as (start, stop) per
-    dimension, if it has no gaps (steps of 1, or one position)."""
-    box = []
-    for offset, stride, dim in strided:
-        extent = 1 if dim is None else update_shape[dim]
-        if extent > 1 and stride != 1:
-            return None
-        box.append((offset, offset + extent))
-    return box
 
 
-#: the most later updates whose boxes a scatter's copy of its operand leaves out
-LATER_UPDATES = 64
 
 
-def _replaced_later(b: Builder, value: ir.Value) -> list[list[tuple[int, int]]]:
-    """Boxes of ``value`` that later ops replace before anything reads them: its one user
-    is a ``.set`` of a known box (``_box``) into it, as ``x.at[1:-1, 0].set(u)``, whose
-    result is followed the same way (a function result is read by the return)."""
-    boxes = []
-    while len(boxes) < LATER_UPDATES:
-        users = b.scope.uses.get(value.name, ())
-        if len(users) != 1 or users[0].name != "stablehlo.scatter":
-            break
-        (user,) = users
-        if (len(user.operands) != 3 or user.operands[0] != value
-                or value in user.operands[1:] or not _replaces(user.regions[0], 1)):
-            break
-        numbers = _numbers(b, user, "scatter_dimension_numbers")
-        shape, update_shape = value.type.shape, user.operands[2].type.shape
-        strided = _strided_window(b, user, numbers, *_windows(numbers, shape, update_shape))
-        box = _box(strided, update_shape) if strided is not None else None
-        if box is None:
-            break
-        boxes.append(box)
-        value = user.results[0]
-    return boxes
 
 
 @register("stablehlo.scatter", updates=lambda op: {k: k for k in range(len(op.results))},
@@ -452,7 +346,7 @@ def scatter(b: Builder, op: ir.Op) -> list[Binding]:
     """The operands copied into the results (or the results are the operands' own
     arrays, updated in place), then the updates applied by one map whose iterations split
     the updates as ``_plan`` allows, each looping over the rest in order. A box of
-    updates known at translation time (``_strided_window``) is one map over the updates
+    updates known at translation time (``windows.strided_window``) is one map over the updates
     with no index arithmetic; order-free updates into large integer results run in
     parallel with a compare-and-swap per element. A ``.set`` of every element at its
     own position is its updates, unless its results have arrays to go into."""
@@ -468,21 +362,21 @@ def scatter(b: Builder, op: ir.Op) -> list[Binding]:
     elements = [dtypes.of(v.type, op.name, op.location) for v in op.results]
     update_elements = [dtypes.of(v.type, op.name, op.location) for v in updates]
 
-    window_of, window_sizes = _windows(numbers, shape, update_shape)
-    strided = _strided_window(b, op, numbers, window_of, window_sizes)
+    window_of, window_sizes = windows(numbers, shape, update_shape)
+    strided = strided_window(op, numbers, window_of, window_sizes, b.known)
     # a ``.set`` of every element (``x.at[:].set(y)``): the operands are not copied first
-    replaced = strided is not None and _replaces(op.regions[0], n) and all(
+    replaced = strided is not None and replaces(op.regions[0], n) and all(
         offset == 0 and (size == 1 if dim is None else update_shape[dim] == size
                          and (stride == 1 or size == 1))
         for (offset, stride, dim), size in zip(strided, shape))
     if replaced and update_shape == shape and (
-            not any(r.name in b.scope.destinations for r in op.results)
-            or b.binding(updates[0]).is_array(b.scope.destinations.get(op.results[0].name))):
+            not any(b.destination(r) for r in op.results)
+            or b.binding(updates[0]).is_array(b.destination(op.results[0]))):
         # each element set to the update at its own position (window dimensions keep
         # their order): the results are the updates, as XLA's simplifier makes them
         # (a product may have written them into the result's array: ``same_memory``)
         for result in op.results:
-            b.scope.claim(result)
+            b.claim(result)
         return [b.binding(v) for v in updates]
     if strided is not None:
         b.absorb(updates, op, inputs,
@@ -494,9 +388,10 @@ def scatter(b: Builder, op: ir.Op) -> list[Binding]:
         target = b.claim_in_place(value, op, result) or b.allocate_result(result)
         if not source.is_array(target.name) and not replaced:  # else in place
             # not the elements that this op and the next ones replace before any read
-            own = _box(strided, update_shape) if strided is not None and _replaces(
+            own = box(strided, update_shape) if strided is not None and replaces(
                 op.regions[0], n) else None
-            skipped = [*filter(None, [own]), *(_replaced_later(b, result) if n == 1 else ())]
+            later = annotation(op, ReplacedLater)
+            skipped = [*filter(None, [own]), *(later.boxes if later is not None else ())]
             whole = own is not None and n == 1 \
                 and pieces_to_copy(value.type, skipped, b.machine) is None
             first = _block(own, shape, elements[0].storage_numpy.itemsize) if whole else None

@@ -104,48 +104,6 @@ def callee(module: ir.Module, op: ir.Op) -> ir.Function | None:
                                 else str(target))
 
 
-def updates_in_results(block: ir.Block, destinations: dict[str, str]) -> None:
-    """A function result made by a chain of updates (``zeros.at[a].set(u).at[b].set(v)``)
-    or of loops (each carrying the last one's result) is built in its own array: the
-    operand of an update or loop whose result goes into an array goes there too, if the
-    op is its last user (earlier users read it there), so each update is in place
-    (``Builder.claim_in_place``), each loop runs in that array, and nothing is copied.
-    A product whose result only a reshape or a ``.set`` of every element reads on the way
-    to an array (``same_memory``) writes it there in its own shape (``whole_result``).
-    Only for the entry function, whose result arrays nothing reads."""
-    producers = {r.name: op for op in block.ops for r in op.results}
-    uses = collect_uses(block.ops)
-
-    def written_whole(value: ir.Value) -> bool:
-        producer = producers.get(value.name)
-        if producer is None:
-            return False
-        k = _same_memory(producer)
-        return registry.record(producer.name).whole_result or (
-            k is not None and written_whole(producer.operands[k]))
-
-    for op in reversed(block.ops):
-        for k, j in replacements(op).items():
-            operand, target = op.operands[k], destinations.get(op.results[j].name)
-            if (target is not None and operand.name in producers
-                    and operand.name not in destinations and _last_use(block, operand, op)):
-                destinations[operand.name] = target
-        k = _same_memory(op)
-        if k is not None and op.results[0].name in destinations:
-            operand = op.operands[k]
-            if (operand.name not in destinations and written_whole(operand)
-                    and [id(user) for user in uses[operand.name]] == [id(op)]
-                    and op.operands.count(operand) == 1):
-                destinations[operand.name] = destinations[op.results[0].name]
-
-
-def _same_memory(op: ir.Op) -> int | None:
-    """The operand whose elements ``op``'s result is in row-major order (its record's
-    ``same_memory``), or None."""
-    rule = registry.record(op.name).same_memory
-    return rule(op) if rule is not None else None
-
-
 def updates_in_place(module: ir.Module, block: ir.Block, argument: ir.Value,
                      returned: ir.Value) -> list[ir.Value] | None:
     """The values of ``block`` that may be written into the array holding ``argument``
@@ -180,7 +138,7 @@ def _in_place_chain(module: ir.Module, block: ir.Block, argument: ir.Value,
     k = next((k for k, m in replacements(user).items() if m == j), None)
     if k is not None:  # a window update of operand k, or a loop that carries it
         operand = user.operands[k]
-        if not _last_use(block, operand, user):
+        if not is_last_reader(block, operand, user):
             return None
         if operand == argument:
             return "window", [returned]
@@ -189,7 +147,7 @@ def _in_place_chain(module: ir.Module, block: ir.Block, argument: ir.Value,
             return None
         return "window", [*earlier[1], returned]
     function = callee(module, user)
-    if function is None or not _last_use(block, argument, user):
+    if function is None or not is_last_reader(block, argument, user):
         return None
     k = user.operands.index(argument)
     inner = _in_place_chain(module, function.body.entry, function.arguments[k],
@@ -200,7 +158,7 @@ def _in_place_chain(module: ir.Module, block: ir.Block, argument: ir.Value,
     return (inner[0], [returned]) if inner[0] == "window" or sole else None
 
 
-def _last_use(block: ir.Block, value: ir.Value, user: ir.Op) -> bool:
+def is_last_reader(block: ir.Block, value: ir.Value, user: ir.Op) -> bool:
     """Whether ``user`` is the last op of ``block`` to use ``value``, reads it as one
     operand, and not inside its regions."""
     users = [o for o in block.ops if any(value == v for inner in o.walk()

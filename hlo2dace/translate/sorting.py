@@ -23,6 +23,7 @@ import math
 from typing import Sequence
 
 from .. import ir
+from ..plan.annotations import ReadPrefix, annotation
 from . import dtypes
 from .bindings import Binding, Unused, flat_index, map_params
 from .builder import Builder
@@ -96,20 +97,6 @@ def _signature(block: ir.Block) -> dict[str, object]:
     return signature
 
 
-def _prefix(b: Builder, value: ir.Value, dimension: int, n: int) -> int:
-    """How many leading elements of every row of ``value`` its users read: ``n`` unless all
-    of them are slices (lax.top_k slices the first k of a sort)."""
-    longest = 0
-    for user in b.scope.uses.get(value.name, ()):
-        if user.name != "stablehlo.slice":
-            return n
-        count = user.result.type.shape[dimension]
-        if count:
-            start, stride = user.attr("start_indices")[dimension], user.attr("strides")[dimension]
-            longest = max(longest, start + stride * (count - 1) + 1)
-    return longest
-
-
 def _tuples(b: Builder, region: ir.Block, elements: Sequence[dtypes.ElementType], at: str,
             positions: bool) -> tuple[list[str], str, list[str]]:
     """C++ for the tuples sorted: their fields' types (the operands, then one key per
@@ -163,8 +150,9 @@ def sort(b: Builder, op: ir.Op) -> list[Binding]:
     if n <= 1 or op.operands[0].type.size == 0:  # nothing to reorder
         return [b.readable(value) for value in op.operands]
     stable = bool(op.attr("is_stable"))
-    prefixes = [_prefix(b, result, dimension, n) for result in op.results]
-    first = max(prefixes)
+    read = annotation(op, ReadPrefix)
+    prefixes = list(read.lengths) if read is not None else [n] * len(op.results)
+    first = max(0, *prefixes)
     select = stable and 0 < first and first * PARTIAL <= n
 
     elements = [dtypes.of(v.type, op.name, op.location) for v in op.operands]
@@ -203,7 +191,7 @@ def sort(b: Builder, op: ir.Op) -> list[Binding]:
     results: list[Binding] = []
     outputs = {}
     for k, (result, prefix) in enumerate(zip(op.results, prefixes)):
-        if not b.scope.uses.get(result.name):
+        if prefix < 0:
             results.append(Unused(result.type))  # argsort's sorted keys
             continue
         target = b.allocate_result(result)
