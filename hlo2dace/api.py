@@ -35,6 +35,7 @@ from .frontend.sink import sink_constants
 from .frontend.xla_rewrites import xla_rewrites
 from .machine import Machine
 from .pipeline import Options
+from .printer import module_text
 from .progress import collector_paused, stage
 
 
@@ -75,6 +76,7 @@ class Lowered:
         self.pipeline = self.options.pipeline()
         self.level = self.pipeline.level
         self._module: ir.Module | None = None
+        self._planned: tuple[ir.Module, symbolic.Signature | None] | None = None
         self._translation = None
         self._symbols: tuple[symbolic.SymbolSource, ...] | None = None
 
@@ -102,27 +104,47 @@ class Lowered:
         """The normalised StableHLO module, in MLIR's generic op form."""
         return self._normalized.text
 
-    def _translate(self):
-        """The SDFG, argument and result specs, constants and symbols (``symbolic.py``);
-        raises ``NeedsSpecialisation`` for a module with dynamic shapes that must be
-        compiled per concrete shape."""
-        if self._translation is None:
+    def planned(self) -> tuple[ir.Module, symbolic.Signature | None]:
+        """The module after the plan stage's passes (``pipeline.py``), its decisions
+        recorded on its ops (``plan/annotations.py``), and for a module with dynamic shapes
+        the signature its symbols are read from (``symbolic.refine``)."""
+        if self._planned is None:
+            from .translate import Builder  # noqa: F401  the families, whose records the
+            # passes read (DaCe's import counts: 1 s the first time)
+
             module, signature = self.module, None
             try:
                 main = self.main
             except LookupError:
                 main = None  # the Builder says what is missing
-            try:
-                with stage("translate"):
-                    from .translate import Builder  # DaCe's import counts: 1 s the first time
+            if main is not None and symbolic.has_dynamic_types(main):
+                module, signature = symbolic.refine(module, self._entry)
+            with stage("plan"):
+                module = self.pipeline.plan(module, self.options.context(self._entry))
+            self._planned = (module, signature)
+        return self._planned
 
-                    if main is not None and symbolic.has_dynamic_types(main):
-                        module, signature = symbolic.refine(module, self._entry)
+    def as_planned_text(self, debug_info: bool = False) -> str:
+        """The module after the plan stage, each op with the decisions of the passes that
+        concern it (``h2d.*`` attributes); with ``debug_info``, each op's source location."""
+        return module_text(self.planned()[0], locations=debug_info)
+
+    def _translate(self):
+        """The SDFG, argument and result specs, constants and symbols (``symbolic.py``);
+        raises ``NeedsSpecialisation`` for a module with dynamic shapes that must be
+        compiled per concrete shape."""
+        if self._translation is None:
+            signature = None
+            try:
+                module, signature = self.planned()
+                with stage("translate"):
+                    from .translate import Builder
+
                     context = self.options.context(self._entry)
-                    module = self.pipeline.plan(module, context)
                     builder = Builder(module, self._name, self._entry, signature=signature,
                                       machine=context.machine)
                     sdfg = builder.build()
+                with stage("SDFG passes"):
                     self.pipeline.transform(sdfg, context)
             except symbolic.NeedsSpecialisation as exc:
                 if signature is not None and not exc.signature.symbols:

@@ -46,12 +46,19 @@ def _sizes(args) -> dict[str, int]:
     return sizes
 
 
+def _options(args):
+    """The compilation options of ``-O`` and ``--disable``."""
+    from .pipeline import Options
+
+    return Options(args.optimize, tuple(getattr(args, "disable", None) or ()))
+
+
 def _lowered(args, specialise: bool):
     """The module of ``args.input``; with ``specialise`` and ``--shape`` sizes, its
     symbolic dimensions made those sizes."""
     from .api import lower_text
 
-    lowered = lower_text(Path(args.input), optimize=args.optimize)
+    lowered = lower_text(Path(args.input), optimize=_options(args))
     sizes = _sizes(args)
     if specialise and sizes:
         lowered = lowered.specialised(lowered.argument_types(sizes))
@@ -63,6 +70,19 @@ def _convert(args) -> int:
     output = args.output or str(Path(args.input).with_suffix(".sdfgz"))
     sdfg.save(output, compress=output.endswith(".sdfgz"))
     print(f"wrote {output}")
+    return 0
+
+
+def _passes(args) -> int:
+    """The pipeline of passes at ``-O`` (less ``--disable``); with a module, the module
+    after the plan stage, each op with the decisions that concern it."""
+    options = _options(args).resolved()
+    print(options.pipeline().listing(), end="")
+    print(f"machine: {options.machine.describe()}")
+    if args.input:
+        print()
+        print(_lowered(args, specialise=True).as_planned_text(debug_info=args.locations),
+              end="")
     return 0
 
 
@@ -242,6 +262,8 @@ def _compare_ranks(args) -> int:
                 "-o", str(produced), "--time"]
         if args.optimize:
             argv += ["-O", args.optimize]
+        for name in args.disable or ():
+            argv += ["--disable", name]
         status = launch(args.ranks, argv)
         if status:
             raise UsageError(f"the MPI job of {args.ranks} ranks failed (status {status})")
@@ -361,7 +383,24 @@ def main(argv=None) -> int:
                 "when stderr is a terminal)"}
     convert.add_argument("--progress", **progress)
     convert.add_argument("--shape", **shape)
+    disable = {"action": "append", "metavar": "PASS",
+               "help": "do not run this pass (repeat for each; hlo2dace passes lists them)"}
+    convert.add_argument("--disable", **disable)
     convert.set_defaults(handler=_convert)
+    passes = commands.add_parser(
+        "passes", help="list the passes a compilation runs; with a module, show it planned",
+        description="The passes of the pipeline at an optimisation level, stage by stage "
+        "(plan: IR to IR; sdfg: the built SDFG; code: the generated C++), and the machine "
+        "model their thresholds come from; with a module, the module after the plan stage, "
+        "each op with the decisions (h2d.* attributes) that concern it")
+    passes.add_argument("input", nargs="?")
+    passes.add_argument("-O", "--optimize", **levels)
+    passes.add_argument("--disable", **disable)
+    passes.add_argument("--shape", **shape)
+    passes.add_argument("--locations", action="store_true",
+                        help="with a module: each op's source location too")
+    passes.add_argument("--progress", **progress)
+    passes.set_defaults(handler=_passes)
     run = commands.add_parser("run", help="compile and run a module on given inputs")
     run.add_argument("input")
     run.add_argument("-O", "--optimize", **levels)
@@ -374,6 +413,7 @@ def main(argv=None) -> int:
     ranks = {"type": int, "default": 1, "metavar": "N",
              "help": "run as an MPI job of N ranks (launches mpirun; docs/distributed.md)"}
     run.add_argument("--ranks", **ranks)
+    run.add_argument("--disable", **disable)
     run.add_argument("--time", action="store_true", help=argparse.SUPPRESS)
     run.set_defaults(handler=_run)
     compare = commands.add_parser(
@@ -393,6 +433,7 @@ def main(argv=None) -> int:
     compare.add_argument("--atol", type=float, default=0.0,
                          help="absolute errors accepted as well (default 0)")
     compare.add_argument("--ranks", **ranks)
+    compare.add_argument("--disable", **disable)
     compare.set_defaults(handler=_compare)
     profile = commands.add_parser(
         "profile", help="where a module's time goes, per map and op and source line",
@@ -409,6 +450,7 @@ def main(argv=None) -> int:
                          help="seconds of timed calls (default 2)")
     profile.add_argument("--top", type=int, default=25, help="rows per table (default 25)")
     profile.add_argument("--html", help="also write an HTML report with the SDFG here")
+    profile.add_argument("--disable", **disable)
     profile.set_defaults(handler=_profile)
     test = commands.add_parser("test", help="run functions that use the check dialect")
     test.add_argument("files", nargs="+", help=".mlir files in the StableHLO interpreter's "

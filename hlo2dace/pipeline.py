@@ -26,42 +26,68 @@ from .errors import ArgumentError
 from .machine import Machine, current_machine
 from .optimize import Level
 from .plan import fusion, matvec, products, readers, updates
-from .plan.passes import STAGES, Pass, PassContext, block_pass
+from .plan.passes import STAGES, Pass, PassContext, block_pass, remove_dead_ops
 from .sdfg_build import CODE_PASSES
 from .sdfg_passes import rows, threads, tiling
 
 
 def cpu_passes(level: Level) -> list[Pass]:
-    """The CPU target's passes at ``level``."""
+    """The CPU target's passes at ``level``: none at ``none`` (the plain lowering)."""
     passes: list[Pass] = []
     if level.name == "none":
         return passes
 
-    def add(name: str, stage: str, run) -> None:
-        passes.append(Pass(name, stage, run))
+    def add(name: str, stage: str, run, summary: str) -> None:
+        passes.append(Pass(name, stage, run, summary))
 
-    # plan: how each op is computed
-    add("outer_products_as_multiplies", "plan", block_pass(products.outer_products_as_multiplies))
-    add("pair_matvecs", "plan", block_pass(matvec.pair_matvecs))
-    add("choose_product_kernels", "plan", block_pass(products.choose_product_kernels))
-    add("fold_scale_into_products", "plan", block_pass(products.fold_scale_into_products))
-    add("fuse_elementwise", "plan", fusion.fuse_elementwise)
-    add("fuse_into_readers", "plan", block_pass(fusion.fuse_into_readers))
-    add("fuse_into_consumers", "plan", block_pass(fusion.fuse_into_consumers))
-    add("contract_multiply_adds", "plan", block_pass(fusion.contract_multiply_adds))
-    add("partial_sorts", "plan", block_pass(readers.partial_sorts))
-    add("result_destinations", "plan", updates.result_destinations)
-    add("update_in_place", "plan", block_pass(updates.update_in_place))
-    add("loop_buffers", "plan", block_pass(updates.loop_buffers))
-    add("skip_replaced_windows", "plan", block_pass(updates.skip_replaced_windows))
+    # plan: how each op is computed (IR to IR, decisions recorded as annotations)
+    add("outer_products_as_multiplies", "plan",
+        block_pass(products.outer_products_as_multiplies),
+        "a product without contraction becomes a multiply of broadcasts (h2d.outer_product)")
+    add("pair_matvecs", "plan", block_pass(matvec.pair_matvecs),
+        "two matrix-vector products of one large matrix read it once (h2d.paired_matvecs)")
+    add("choose_product_kernels", "plan", block_pass(products.choose_product_kernels),
+        "each product's kernel: BLAS, loops, skinny gemms, blocked gemv (h2d.kernel)")
+    add("fold_scale_into_products", "plan", block_pass(products.fold_scale_into_products),
+        "alpha * A @ B passes alpha to BLAS, A * alpha never written (h2d.scaled_dot)")
+    add("fuse_elementwise", "plan", fusion.fuse_elementwise,
+        "elementwise ops of one shape in one map; cheap producers recomputed (h2d.fusion)")
+    add("fuse_into_readers", "plan", block_pass(fusion.fuse_into_readers),
+        "reshapes, gathers, concatenations, row reductions computed where read "
+        "(h2d.computed_by_readers)")
+    add("fuse_into_consumers", "plan", block_pass(fusion.fuse_into_consumers),
+        "a reduction's or scatter's elementwise operand computed in its loops "
+        "(h2d.fused_operands)")
+    add("contract_multiply_adds", "plan", block_pass(fusion.contract_multiply_adds),
+        "a * b + c as one fused multiply-add, where XLA contracts it (h2d.contract)")
+    add("partial_sorts", "plan", block_pass(readers.partial_sorts),
+        "a sort keeps only the prefix its readers slice (h2d.read_prefix)")
+    add("result_destinations", "plan", updates.result_destinations,
+        "results computed straight into the function's result arrays (h2d.destinations)")
+    add("update_in_place", "plan", block_pass(updates.update_in_place),
+        "an update writes its dead operand's array (h2d.in_place)")
+    add("loop_buffers", "plan", block_pass(updates.loop_buffers),
+        "a loop runs in its dead initial values' arrays (h2d.in_place)")
+    add("skip_replaced_windows", "plan", block_pass(updates.skip_replaced_windows),
+        "a scatter's copy skips the boxes later .sets replace (h2d.replaced_later)")
+    add("remove_dead_ops", "plan", block_pass(remove_dead_ops),
+        "ops nothing reads are dropped")
     # sdfg: the loop nests of the built SDFG's maps
-    add("tile_transposing", "sdfg", tiling.tile_transposing)
-    add("collapse_short_rows", "sdfg", rows.collapse_short_rows)
-    add("interchange_tiny_rows", "sdfg", rows.interchange_tiny_rows)
-    add("share_leading_loops", "sdfg", threads.share_leading_loops)
-    # code: DaCe's C++
-    for name, run in CODE_PASSES.items():
-        add(name, "code", run)
+    add("tile_transposing", "sdfg", tiling.tile_transposing,
+        "maps that transpose a large array run in tiles that stay in L1")
+    add("collapse_short_rows", "sdfg", rows.collapse_short_rows,
+        "short innermost loops merged with the loop around them")
+    add("interchange_tiny_rows", "sdfg", rows.interchange_tiny_rows,
+        "tiny innermost loops run outside a long one, vectorised with strides")
+    add("share_leading_loops", "sdfg", threads.share_leading_loops,
+        "short outer loops of a parallel map collapsed until every thread has work")
+    # code: DaCe's C++ (what no SDFG property says)
+    add("outline_repeated_maps", "code", CODE_PASSES["outline_repeated_maps"],
+        "map scopes that repeat compiled once, as functions")
+    add("independent_loops", "code", CODE_PASSES["independent_loops"],
+        "#pragma GCC ivdep on loops whose iterations are independent")
+    add("restrict_state_pointers", "code", CODE_PASSES["restrict_state_pointers"],
+        "the program's arrays read through __restrict__ locals")
     return passes
 
 

@@ -34,6 +34,26 @@ def module_text(module: ir.Module, locations: bool = False) -> str:
     return "\n".join(lines) + "\n"
 
 
+def decisions_text(function: ir.Function) -> str:
+    """The ops of ``function``'s body with only their ``h2d.*`` attributes, without types:
+    what the plan decided, one op a line (regions indented), as the passes' tests read it."""
+    lines: list[str] = []
+
+    def block(b: ir.Block, indent: str) -> None:
+        for op in b.ops:
+            results = f"{', '.join(v.name for v in op.results)} = " if op.results else ""
+            plan = {k: v for k, v in op.attributes.items() if k.startswith("h2d.")}
+            notes = f" {{{_entries(plan, compact=True)}}}" if plan else ""
+            lines.append(f"{indent}{results}{op.name}({', '.join(v.name for v in op.operands)})"
+                         f"{notes}")
+            for region in op.regions:
+                for inner in region.blocks:
+                    block(inner, indent + "  ")
+
+    block(function.body.entry, "")
+    return "\n".join(lines) + "\n"
+
+
 def op_text(op: ir.Op, locations: bool = False) -> str:
     """One op (its regions included) as text."""
     lines: list[str] = []
@@ -70,40 +90,43 @@ def _op(op: ir.Op, lines: list[str], indent: str, locations: bool) -> None:
     lines.append(f"{indent}}}){attributes} : {signature}{where}")
 
 
-def _entries(mapping: Mapping[str, Any]) -> str:
-    return ", ".join(f"{key} = {attribute_text(value)}" for key, value in mapping.items())
+def _entries(mapping: Mapping[str, Any], compact: bool = False) -> str:
+    return ", ".join(f"{key} = {attribute_text(value, compact)}"
+                     for key, value in mapping.items())
 
 
-def attribute_text(value: Any) -> str:
-    """An attribute's value as MLIR spells it (an annotation as it prints itself)."""
+def attribute_text(value: Any, compact: bool = False) -> str:
+    """An attribute's value as MLIR spells it (an annotation as it prints itself);
+    ``compact``: numbers without their types."""
     if value is True:
         return "true"
     if value is False:
         return "false"
     if isinstance(value, (int, np.integer)):
-        return f"{int(value)} : i64"
+        return str(int(value)) if compact else f"{int(value)} : i64"
     if isinstance(value, (float, np.floating)):
-        return f"{float(value)!r} : f64"
+        return repr(float(value)) if compact else f"{float(value)!r} : f64"
     if isinstance(value, str):
         return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
     if isinstance(value, tuple):
         if value and all(isinstance(v, (int, np.integer)) and not isinstance(v, bool)
                          for v in value):
             return f"array<i64: {', '.join(str(int(v)) for v in value)}>"
-        return f"[{', '.join(attribute_text(v) for v in value)}]"
+        return f"[{', '.join(attribute_text(v, compact) for v in value)}]"
     if isinstance(value, Mapping):
-        return f"{{{_entries(value)}}}"
+        return f"{{{_entries(value, compact)}}}"
     if isinstance(value, ir.DenseElements):
         return f"{_dense(value)} : {value.type}"
     if isinstance(value, ir.EnumAttr):
         return f"#stablehlo<{value.kind} {value.value}>"
     if isinstance(value, ir.StructAttr):
-        return f"#stablehlo.{value.name}<{_entries(value.fields)}>"
+        return f"#stablehlo.{value.name}<{_entries(value.fields, compact)}>"
     if isinstance(value, ir.SymbolRef):
         return f"@{value.name}"
     if isinstance(value, ir.OpaqueAttr):
         return value.text
-    return str(value)  # types, annotations
+    text = getattr(value, "text", None)
+    return text(compact) if callable(text) else str(value)  # annotations, types
 
 
 def _dense(value: ir.DenseElements) -> str:

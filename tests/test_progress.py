@@ -22,8 +22,8 @@ from hlo2dace import api, cli, progress
 
 #: the stages of a first compilation, in order (validation: the tests set
 #: $HLO2DACE_VALIDATE), and of one the disk cache serves
-BUILD_STAGES = ["JAX lowering", "normalise", "cache lookup", "parse", "translate", "validate",
-                "code generation", "C++ compile", "C++ build"]
+BUILD_STAGES = ["JAX lowering", "normalise", "cache lookup", "parse", "plan", "translate",
+                "SDFG passes", "validate", "code generation", "C++ compile", "C++ build"]
 CACHED_STAGES = ["JAX lowering", "normalise", "cache lookup"]
 #: the stages that others run within (the build: code generation and compilation)
 ENCLOSING = {re.escape("C++ build")}

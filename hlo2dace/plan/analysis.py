@@ -44,18 +44,20 @@ def collect_uses(ops: Sequence[ir.Op]) -> dict[str, list[ir.Op]]:
 
 @dataclass(frozen=True)
 class BlockUses:
-    """The live ops of one block, who produces each value and who reads it."""
+    """The live ops of one block, who produces each value and who reads it, and the op
+    whose region holds the block (None for a function's body)."""
 
     ops: tuple[ir.Op, ...]
     producers: dict[str, ir.Op]
     users: dict[str, list[ir.Op]]
     position: dict[int, int]  #: ``id(op)`` -> its index in ``ops``
+    owner: ir.Op | None = None
 
     @classmethod
-    def of(cls, block: ir.Block) -> BlockUses:
+    def of(cls, block: ir.Block, owner: ir.Op | None = None) -> BlockUses:
         ops = tuple(live_ops(block))
         return cls(ops, {r.name: op for op in ops for r in op.results}, collect_uses(ops),
-                   {id(op): k for k, op in enumerate(ops)})
+                   {id(op): k for k, op in enumerate(ops)}, owner)
 
     def producer(self, value: ir.Value) -> ir.Op | None:
         return self.producers.get(value.name)

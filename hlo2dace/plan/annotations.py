@@ -33,10 +33,14 @@ class Annotation:
     def key(cls) -> str:
         return PREFIX + cls.name
 
-    def __str__(self) -> str:
-        fields = ", ".join(f"{f.name} = {attribute_text(getattr(self, f.name))}"
+    def text(self, compact: bool = False) -> str:
+        """As an attribute prints: ``#h2d.<name><field = value, ...>``."""
+        fields = ", ".join(f"{f.name} = {attribute_text(getattr(self, f.name), compact)}"
                            for f in dataclasses.fields(self))
         return f"#h2d.{self.name}<{fields}>"
+
+    def __str__(self) -> str:
+        return self.text()
 
 
 A = TypeVar("A", bound=Annotation)

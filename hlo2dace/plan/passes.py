@@ -32,17 +32,13 @@ class PassContext:
 @dataclass(frozen=True)
 class Pass:
     """A named step: ``run(input, context)`` returns the plan stage's new module, and
-    changes an SDFG or returns new C++ at the later stages."""
+    changes an SDFG at the sdfg stage; the code stage's passes run inside the build
+    (``sdfg_build.CODE_PASSES``). ``summary``: what it does, in a line."""
 
     name: str
     stage: str
     run: Callable[[Any, PassContext], Any]
-
-    @property
-    def summary(self) -> str:
-        """The first sentence of the pass's docstring."""
-        doc = " ".join((self.run.__doc__ or "").split())
-        return doc.split(". ")[0].rstrip(".") + "." if doc else ""
+    summary: str
 
 
 #: rewrites one block: ``rewrite(block, uses, context)`` -> the block's new ops
@@ -52,19 +48,26 @@ BlockRewrite = Callable[[ir.Block, BlockUses, PassContext], list[ir.Op]]
 def rewrite_blocks(module: ir.Module, context: PassContext, rewrite: BlockRewrite
                    ) -> ir.Module:
     """``module`` with ``rewrite`` applied to every block, the blocks nested in an op's
-    regions before the block that holds the op."""
-    def block(b: ir.Block) -> ir.Block:
-        ops = tuple(dataclasses.replace(op, regions=tuple(region(r) for r in op.regions))
+    regions before the block that holds the op (``BlockUses.owner``: that op)."""
+    def block(b: ir.Block, owner: ir.Op | None) -> ir.Block:
+        ops = tuple(dataclasses.replace(op, regions=tuple(region(r, op) for r in op.regions))
                     if op.regions else op for op in b.ops)
         inner = ir.Block(b.arguments, ops)
-        return ir.Block(b.arguments, tuple(rewrite(inner, BlockUses.of(inner), context)))
+        return ir.Block(b.arguments, tuple(rewrite(inner, BlockUses.of(inner, owner),
+                                                   context)))
 
-    def region(r: ir.Region) -> ir.Region:
-        return ir.Region(tuple(block(b) for b in r.blocks))
+    def region(r: ir.Region, owner: ir.Op | None) -> ir.Region:
+        return ir.Region(tuple(block(b, owner) for b in r.blocks))
 
-    functions = {name: dataclasses.replace(f, body=region(f.body))
+    functions = {name: dataclasses.replace(f, body=region(f.body, None))
                  for name, f in module.functions.items()}
     return dataclasses.replace(module, functions=ir.freeze(functions))
+
+
+def remove_dead_ops(block: ir.Block, uses: BlockUses, context: PassContext) -> list[ir.Op]:
+    """The ops of ``block`` whose results nothing reads (and that have no effects) are
+    dropped: what other passes left behind (a multiply folded into a product)."""
+    return list(uses.ops)
 
 
 def block_pass(rewrite: BlockRewrite) -> Callable[[ir.Module, PassContext], ir.Module]:

@@ -205,6 +205,14 @@ class Builder:
         if it has one and the claim is not taken yet."""
         return self.scope.destinations.get(value.name)
 
+    def nested_scope(self, block: ir.Block, bindings: dict[str, Binding],
+                     destinations: dict[str, str] | None = None,
+                     returned: Sequence[int] | None = None) -> Scope:
+        """A scope for a region of the op being translated (a loop's body, a branch): its
+        block arguments bound to ``bindings`` (by name), the rest of the enclosing scopes'
+        bindings visible (``Scope.of``)."""
+        return Scope.of(self.scope.env.new_child(bindings), block, destinations, returned)
+
     def claim(self, value: ir.Value) -> str | None:
         """Take the claim on ``value``'s destination: the op being translated makes it
         (``allocate_result`` takes it for the array it returns)."""

@@ -37,7 +37,7 @@ from .bindings import TOKEN, Array, Binding, at_most
 from .builder import Builder
 from .emitter import Element
 from .registry import define, register
-from .scopes import Scope, updates_in_place
+from .scopes import updates_in_place
 
 #: carried values of at least this many elements alternate between two buffers in counted
 #: loops instead of being copied back every iteration
@@ -180,7 +180,7 @@ def _while_shape(inference, op, operands, shapes, knowns, env):
     return symbolic.Refined(shapes, tuple(regions), op.attributes)
 
 
-@register("stablehlo.while", shape_rule=_while_shape, carries=True)
+@register("stablehlo.while", shape_rule=_while_shape, carries=True, code_regions=True)
 def while_loop(b: Builder, op: ir.Op) -> list[Binding]:
     _tensor_types(b, op)
     body = op.regions[1].entry
@@ -311,8 +311,7 @@ def _general_loop(b: Builder, op: ir.Op, bindings: list[Binding],
     loop = LoopRegion(b.emit.fresh("while"), "True")
     b.append_block(loop)
     with b.inside(loop):
-        env = b.scope.env.new_child(dict(zip((a.name for a in cond.arguments), bindings)))
-        scope = Scope.of(env, cond)
+        scope = b.nested_scope(cond, dict(zip((a.name for a in cond.arguments), bindings)))
         (flag,) = b.translate_block(cond, scope)
         with b.entered(scope):
             flag = b.resolve(flag)
@@ -347,8 +346,8 @@ def _body(b: Builder, op: ir.Op, sources: Sequence[Binding], targets: dict[int, 
             continue
         for step in updates_in_place(b.module, body, body.arguments[k], value) or ():
             destinations.setdefault(step.name, targets[k].name)
-    env = b.scope.env.new_child(dict(zip((a.name for a in body.arguments), sources)))
-    scope = Scope.of(env, body, destinations, returned=slots)
+    scope = b.nested_scope(body, dict(zip((a.name for a in body.arguments), sources)),
+                           destinations, returned=slots)
     results = b.translate_block(body, scope)
     with b.entered(scope):
         b.close_all_clusters()
@@ -388,7 +387,7 @@ def _branches_shape(inference, op, operands, shapes, knowns, env):
     return symbolic.Refined(outcome, tuple(regions), op.attributes)
 
 
-@register("stablehlo.case", "stablehlo.if", shape_rule=_branches_shape)
+@register("stablehlo.case", "stablehlo.if", shape_rule=_branches_shape, code_regions=True)
 def conditional(b: Builder, op: ir.Op) -> list[Binding]:
     """``case``: branch ``index`` (the last one when it is out of range); ``if``: the first
     region when the predicate holds, else the second."""
@@ -427,7 +426,7 @@ def _branch(b: Builder, block: ir.Block, targets: Sequence[Array] | None) -> lis
     for value, target in zip(block.terminator.operands, targets or ()):
         if value.name in produced and value.name not in destinations:
             destinations[value.name] = target.name
-    scope = Scope.of(b.scope.env.new_child(), block, destinations)
+    scope = b.nested_scope(block, {}, destinations)
     results = b.translate_block(block, scope)
     if targets is None:
         return results

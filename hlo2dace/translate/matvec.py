@@ -12,10 +12,9 @@ from .builder import Builder
 from .emitter import Whole
 from .products import Matvec
 from .registry import register
-from .scopes import Scope
 
 
-@register("h2d.paired_matvecs")
+@register("h2d.paired_matvecs", code_regions=True)
 def paired_matvecs(b: Builder, op: ir.Op) -> list[Binding]:
     """Both products in one pass over the matrix, block of rows by block of rows, each
     block read by both gemv calls in turn while it is in L2, where two products read the
@@ -33,9 +32,9 @@ def paired_matvecs(b: Builder, op: ir.Op) -> list[Binding]:
     element = dtypes.of(op.results[0].type)
     matrix = operand_in_place(b, matrix_value)
     if matrix is None or matrix.strides != (n, 1) or matrix.element.element != element.element:
-        env = b.scope.env.new_child({arg.name: b.binding(value) for arg, value in
-                                     zip(block.arguments, op.operands)})
-        return b.translate_block(block, Scope.of(env, block))
+        scope = b.nested_scope(block, {arg.name: b.binding(value) for arg, value in
+                                       zip(block.arguments, op.operands)})
+        return b.translate_block(block, scope)
     products = (first, second)
     targets = [b.allocate_result(result, whole=True) for result in op.results]
     inputs, outputs = {"__a": Whole(matrix.array)}, {}

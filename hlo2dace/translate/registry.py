@@ -30,7 +30,9 @@ A record holds:
   reshape; a ``.set`` of every element is its updates), so that operand may be computed
   in the result's destination;
 * ``whole_result``: its translator writes its result through one pointer (a product), so
-  its destination may be an array of another shape of as many elements.
+  its destination may be an array of another shape of as many elements;
+* ``code_regions``: its regions are translated as code of their own (control flow's
+  bodies and branches), not compiled as scalar bodies (a reducer, a comparator).
 """
 
 from __future__ import annotations
@@ -100,6 +102,8 @@ class OpRecord:
     #: the translator writes the whole result through one pointer: its destination may
     #: have another shape (``Builder.allocate_result``)
     whole_result: bool = False
+    #: its regions are translated as code (``Builder.translate_block``), not scalar bodies
+    code_regions: bool = False
 
     def translator(self, target: str) -> Callable | None:
         return self.translators.get(target)

@@ -1,0 +1,52 @@
+"""The fuse_into_consumers pass: an elementwise value that only a reduction or a scatter
+reads is computed in that op's loops."""
+
+
+from pass_util import check_pass, operands, planned
+
+
+def test_a_reduction_and_a_scatter_take_their_producers():
+    text = planned("""
+        func.func @main(%x: tensor<64x300xf32>, %u: tensor<2xf32>) -> (tensor<f32>,
+            tensor<6xf32>, tensor<64x300xf32>) {
+          %0 = stablehlo.exponential %x : tensor<64x300xf32>
+          %1 = stablehlo.constant dense<0.0> : tensor<f32>
+          %2 = stablehlo.reduce(%0 init: %1) applies stablehlo.add across dimensions = [0, 1]
+            : (tensor<64x300xf32>, tensor<f32>) -> tensor<f32>
+          %3 = stablehlo.constant dense<0.0> : tensor<6xf32>
+          %4 = stablehlo.constant dense<[[1], [3]]> : tensor<2x1xi32>
+          %5 = stablehlo.sine %u : tensor<2xf32>
+          %6 = "stablehlo.scatter"(%3, %4, %5) ({
+            ^bb0(%a: tensor<f32>, %b: tensor<f32>):
+              stablehlo.return %b : tensor<f32>
+          }) {scatter_dimension_numbers = #stablehlo.scatter<inserted_window_dims = [0],
+              scatter_dims_to_operand_dims = [0], index_vector_dim = 1>}
+            : (tensor<6xf32>, tensor<2x1xi32>, tensor<2xf32>) -> tensor<6xf32>
+          %7 = stablehlo.log %x : tensor<64x300xf32>
+          %8 = stablehlo.reduce(%7 init: %1) applies stablehlo.add across dimensions = [0, 1]
+            : (tensor<64x300xf32>, tensor<f32>) -> tensor<f32>
+          %9 = stablehlo.add %2, %8 : tensor<f32>
+          return %9, %6, %7 : tensor<f32>, tensor<6xf32>, tensor<64x300xf32>
+        }""", "fuse_elementwise", "fuse_into_consumers")
+    lines = {line.split(" = ")[0]: line for line in text.splitlines() if " = " in line}
+    assert "#h2d.fused_operands<operands = array<i64: 0>>" in lines["%2"]
+    assert "#h2d.fused_operands<operands = array<i64: 2>>" in lines["%6"]
+    # a value another op reads too (the return) is written once, not computed again
+    assert "fused_operands" not in lines["%8"]
+
+
+def test_only_fused_producers():
+    text = planned("""
+        func.func @main(%x: tensor<300xf32>) -> tensor<f32> {
+          %0 = stablehlo.exponential %x : tensor<300xf32>
+          %1 = stablehlo.constant dense<0.0> : tensor<f32>
+          %2 = stablehlo.reduce(%0 init: %1) applies stablehlo.add across dimensions = [0]
+            : (tensor<300xf32>, tensor<f32>) -> tensor<f32>
+          return %2 : tensor<f32>
+        }""", "fuse_into_consumers")
+    assert "fused_operands" not in text
+
+
+def test_a_sum_of_squares_without_its_squares_written():
+    x, = operands((2000, 300))
+    check_pass("fuse_into_consumers", lambda x: (x * x).sum(), x, rtol=1e-5)
