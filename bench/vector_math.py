@@ -1,5 +1,5 @@
 """Accuracy and speed of the transcendental functions in vectorised loops (glibc's libmvec,
-see h2d_ops.h) against correctly rounded results and against XLA's own approximations.
+see hlo2dace/include/h2d/) against correctly rounded results and against XLA's own approximations.
 Writes docs/vector-math.md. Run with `python bench/vector_math.py` (`--quick`: fewer
 points).
 

@@ -49,9 +49,11 @@ def translator_fingerprint() -> str:
 
     package = Path(__file__).resolve().parent
     digest = hashlib.sha256()
-    files = sorted([package / "ir.py", package / "runtime.py", package / "sdfg_build.py",
+    files = sorted([package / "ir.py", *(package / "runtime").glob("*.py"),
+                    package / "sdfg_build.py",
                     package / "cpp_split.py", package / "sdfg_repeats.py", GRAMMAR_PATH,
-                    package / "pipeline.py", package / "machine.py",
+                    package / "pipeline.py", package / "machine.py", package / "prelude.py",
+                    *(package / "include" / "h2d").glob("*.h"),
                     *(package / "frontend").glob("*.py"), *(package / "translate").glob("*.*"),
                     *(package / "plan").glob("*.py"), *(package / "sdfg_passes").glob("*.py")])
     for path in files:

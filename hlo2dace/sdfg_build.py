@@ -57,13 +57,14 @@ CODE_PASSES = {
 
 
 def build(sdfg: Any, folder: Path, parts: int | None = None,
-          passes: frozenset[str] | None = None) -> Any:
+          passes: frozenset[str] | None = None, first_line: str = "") -> Any:
     """Generate ``sdfg``'s code into ``folder`` (its build folder), split into ``parts``
     translation units (None: by size, ``cpp_split``) and compile it into a library;
     returns the SDFG that loads it (``signature_sdfg``). ``passes``: the code stage's
-    passes to run (``CODE_PASSES``; None: all). Code generation changes ``sdfg`` (DaCe
-    fills in types, schedules and storage): the caller gives it up. DaCe's settings
-    (flags, build caches) are the caller's."""
+    passes to run (``CODE_PASSES``; None: all); ``first_line``: the line each C++ file
+    begins with (the precompiled prelude's include, ``prelude.py``). Code generation
+    changes ``sdfg`` (DaCe fills in types, schedules and storage): the caller gives it
+    up. DaCe's settings (flags, build caches) are the caller's."""
     from dace.codegen import codegen, compiler
 
     if validating():
@@ -81,10 +82,10 @@ def build(sdfg: Any, folder: Path, parts: int | None = None,
             frame.clean_code, sdfg.name, parts, functions,
             independent="independent_loops" in passes,
             restrict="restrict_state_pointers" in passes)
-        frame.code = split.main
+        frame.code = first_line + split.main
         for k, code in enumerate(split.parts):
             part = copy.copy(frame)
-            part.name, part.code, part.title = f"{sdfg.name}_part{k}", code, "Part"
+            part.name, part.code, part.title = f"{sdfg.name}_part{k}", first_line + code, "Part"
             objects.append(part)
         files = 1 + len(split.parts)
         generation.note = f"{files} C++ file{'s' if files > 1 else ''}"

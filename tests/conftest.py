@@ -25,6 +25,6 @@ from hlo2dace import runtime  # noqa: E402
 def private_cache(monkeypatch, tmp_path):
     """A fresh cache folder, and a process that has loaded nothing from it yet."""
     monkeypatch.setenv("HLO2DACE_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(runtime, "_loaded", {})
-    monkeypatch.setattr(runtime, "_fallbacks", {})
+    monkeypatch.setattr(runtime.cache, "_loaded", {})
+    monkeypatch.setattr(runtime.cache, "_fallbacks", {})
     return tmp_path / "cache"

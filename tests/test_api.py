@@ -144,7 +144,7 @@ def test_both_call_paths(native, monkeypatch):
         monkeypatch.setattr(callpath, "native", lambda: None)
     else:
         assert callpath.native() is not None, "cc and Python.h are here: it must build"
-    monkeypatch.setattr(runtime, "_loaded", {})  # a fresh Program, prepared anew
+    monkeypatch.setattr(runtime.cache, "_loaded", {})  # a fresh Program, prepared anew
 
     def f(x, h, s):
         table = jnp.arange(12.0).reshape(3, 4) ** 2  # a non-splat constant

@@ -43,7 +43,7 @@ def test_parts_compute_the_same_bits_as_one_file(private_cache, monkeypatch, dty
     w = rng.standard_normal((40, 40)).astype(dtype) / 8
     results = {}
     for parts in (1, 4):
-        monkeypatch.setattr(runtime, "_loaded", {})
+        monkeypatch.setattr(runtime.cache, "_loaded", {})
         monkeypatch.setenv("HLO2DACE_CACHE_DIR", str(private_cache / str(parts)))
         monkeypatch.setattr(cpp_split, "MIN_PART_CHARS", 1)
         monkeypatch.setattr(cpp_split, "MAX_PARTS", parts)
@@ -213,7 +213,7 @@ def test_the_cache_keeps_the_signature_of_the_program(private_cache):
     assert sorted(saved.arrays) == ["__return0", "__return1", "arg0"]
     assert [len(state.nodes()) for state in saved.states()] == [0]
     expected = [r.tobytes() for r in compiled.program(x)]
-    runtime._loaded.clear()  # loaded again from the entry, as a new process would
+    runtime.cache._loaded.clear()  # loaded again from the entry, as a new process would
     program = runtime.lookup(compiled.program.folder.name)
     assert program is not compiled.program
     assert [r.tobytes() for r in program(x)] == expected
@@ -346,7 +346,7 @@ def test_repeated_layers_compute_the_same_bits_compiled_once(private_cache, monk
     outline = sdfg_repeats.outline
     results = {}
     for build in (variant, "plain"):
-        monkeypatch.setattr(runtime, "_loaded", {})
+        monkeypatch.setattr(runtime.cache, "_loaded", {})
         monkeypatch.setenv("HLO2DACE_CACHE_DIR", str(private_cache / build))
         monkeypatch.setattr(sdfg_repeats, "outline",
                             outline if build == "outlined" else lambda sdfg: None)

@@ -11,7 +11,7 @@ are tested with StableHLO text that both XLA (``hlo2dace.xla``) and hlo2dace run
 Where XLA and the StableHLO spec disagree, XLA is the reference: XLA runs with denormals
 flushed to zero (FTZ/DAZ), converts f64 to f16/bf16 through f32, compares complex numbers
 by their real parts in maximum/minimum, squares six times in integer power... (see the
-comments in ``hlo2dace/translate/h2d_ops.h``). Results must match bit for bit except where
+comments in ``hlo2dace/include/h2d/``). Results must match bit for bit except where
 ``ULP`` below allows a few units in the last place.
 """
 
@@ -742,7 +742,7 @@ def test_chlo_special_functions(dtype):
 def test_f64_exp_family_is_xla_bit_for_bit(shape):
     """chlo.sinh and cosh (legalised to exp, expm1 and arithmetic: for |x| < 1,
     (expm1(x) + expm1(x) / (expm1(x) + 1)) / 2; else exp(x - ln 2) - exp(-x - ln 2)),
-    exp, expm1 and logistic in f64 are XLA's bit for bit (0 ULP): h2d_ops.h computes f64
+    exp, expm1 and logistic in f64 are XLA's bit for bit (0 ULP): h2d/transcendental.h computes f64
     exp and expm1 with XLA's own inlined approximations, FMAs where LLVM contracts, where
     libm's exp was 1-2 ULP from XLA's and so sinh up to 4."""
     rng = np.random.default_rng(int(np.prod(shape)))

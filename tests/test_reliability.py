@@ -222,19 +222,19 @@ def test_damaged_cache_entries_are_detected_and_rebuilt(private_cache, monkeypat
     folder, pristine = compiled.folder, private_cache.parent / "pristine"
     shutil.copytree(folder, pristine)
     for name, damage in DAMAGE.items():
-        monkeypatch.setattr(runtime, "_loaded", {})
+        monkeypatch.setattr(runtime.cache, "_loaded", {})
         shutil.rmtree(folder)
         shutil.copytree(pristine, folder)
         damage(folder)
         with pytest.warns(CacheWarning, match="is damaged"):
             assert runtime.lookup(lowered.key) is None, name
-    monkeypatch.setattr(runtime, "_loaded", {})
+    monkeypatch.setattr(runtime.cache, "_loaded", {})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # DaCe: "library already loaded, renaming file"
         rebuilt = hlo2dace.jit(f).lower(x).compile()
     assert rebuilt.program.built and rebuilt.folder == folder
     np.testing.assert_array_equal(rebuilt(x), f(x))
-    monkeypatch.setattr(runtime, "_loaded", {})
+    monkeypatch.setattr(runtime.cache, "_loaded", {})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # DaCe: "library already loaded"
         warnings.simplefilter("error", CacheWarning)
@@ -244,7 +244,7 @@ def test_damaged_cache_entries_are_detected_and_rebuilt(private_cache, monkeypat
 def test_an_intact_entry_loads_without_warning(private_cache, monkeypatch):
     x = np.arange(3.0)
     hlo2dace.jit(lambda x: x - 7).lower(x).compile()
-    monkeypatch.setattr(runtime, "_loaded", {})
+    monkeypatch.setattr(runtime.cache, "_loaded", {})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # DaCe: "library already loaded"
         warnings.simplefilter("error", CacheWarning)
@@ -256,7 +256,7 @@ def test_a_cache_folder_that_is_a_file_falls_back_with_a_warning(monkeypatch, tm
     blocked = tmp_path / "not-a-folder"
     blocked.write_text("")
     monkeypatch.setenv("HLO2DACE_CACHE_DIR", str(blocked / "cache"))
-    monkeypatch.setattr(runtime, "_fallbacks", {})
+    monkeypatch.setattr(runtime.cache, "_fallbacks", {})
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
     x = np.arange(4.0)
     with pytest.warns(CacheWarning, match="cannot write the cache folder"):
@@ -275,7 +275,7 @@ def test_a_disk_that_fills_up_during_the_build_falls_back(monkeypatch, tmp_path)
     from hlo2dace import sdfg_build
 
     monkeypatch.setenv("HLO2DACE_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(runtime, "_fallbacks", {})
+    monkeypatch.setattr(runtime.cache, "_fallbacks", {})
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
     build, calls = sdfg_build.build, []
 

@@ -208,7 +208,7 @@ def test_callees_refined_twice_keep_apart_from_other_functions():
 
 def test_symbolic_program_through_ctypes(monkeypatch):
     """Without the C call path, symbols go to the entry point through ctypes."""
-    monkeypatch.setattr(runtime.callpath, "native", lambda: None)
+    monkeypatch.setattr(runtime.program.callpath, "native", lambda: None)
     compiled = hlo2dace.jit(lambda x: jnp.cos(x) * 3 - 1, polymorphic_shapes=["(b, 2)"])
     for n in (3, 8):
         x = np.linspace(-1, 1, 2 * n).reshape(n, 2)

@@ -5,10 +5,10 @@ function gets the libmvec variant of the machine it is built on: SSE4 (``_ZGVb``
 (``_ZGVd``) or AVX-512 (``_ZGVe``). The variants are separate implementations: on
 ordinary arguments they differ from each other and from libm by a few ULP (the bound
 below), but on special values (denormals, zeros, infinities, NaN) they may differ outright
-(AVX-512's cbrtf reads denormal inputs as zero, AVX2's does not). ``h2d_ops.h`` must give
+(AVX-512's cbrtf reads denormal inputs as zero, AVX2's does not). ``h2d/ops.h`` must give
 XLA's special values whichever variant runs.
 
-These tests build ``tests/data/vector_isa/harness.cc`` (``h2d_ops.h``'s functions in a
+These tests build ``tests/data/vector_isa/harness.cc`` (``h2d/ops.h``'s functions in a
 vectorised loop and in a scalar one, the path of short arrays) for each of
 ``-march=x86-64-v2``, ``-v3`` and ``-v4``, run every build this CPU can execute, and run
 them again with ``daz_shim.c`` preloaded: a stand-in for every libmvec function that
@@ -44,7 +44,7 @@ from hlo2dace.compare import ulp_distance
 from hlo2dace.optimize import BASE_FLAGS
 
 HERE = Path(__file__).parent / "data" / "vector_isa"
-HEADERS = Path(__file__).parents[1] / "hlo2dace" / "translate"
+HEADERS = Path(__file__).parents[1] / "hlo2dace" / "include"
 
 #: -march level -> (the libmvec ISA letter its loops call, extra flags, CPU flags it needs)
 ISA_LEVELS = {
@@ -56,7 +56,7 @@ ISA_LEVELS = {
                   {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"}),
 }
 
-#: h2d_ops.h's functions, as the elementwise templates call them, by arity
+#: h2d/ops.h's functions, as the elementwise templates call them, by arity
 UNARY = ["exp_", "expm1_", "log_", "log1p_", "sin_", "cos_", "tan_", "tanh_", "cbrt_", "rsqrt"]
 BINARY = ["pow_", "atan2_"]
 
@@ -198,13 +198,13 @@ def test_every_variant_gives_the_scalar_special_values(builds, name, dtype, stan
 
 
 def _vector_math_functions() -> set[str]:
-    """The libm functions h2d_ops.h declares for libmvec (``H2D_VECTOR_MATH_1(exp)``...)."""
-    header = (HEADERS / "h2d_ops.h").read_text()
+    """The libm functions h2d/ops.h declares for libmvec (``H2D_VECTOR_MATH_1(exp)``...)."""
+    header = (HEADERS / "h2d" / "core.h").read_text()
     return set(re.findall(r"^H2D_VECTOR_MATH_[12]\((\w+)\)", header, re.M))
 
 
 def test_the_harness_covers_every_vector_math_function():
-    """A function added to h2d_ops.h's libmvec declarations must be added to the harness
+    """A function added to h2d/ops.h's libmvec declarations must be added to the harness
     (and to these tests), or its variants go unchecked."""
     harness = (HERE / "harness.cc").read_text()
     shim = (HERE / "daz_shim.c").read_text()
@@ -283,7 +283,7 @@ def test_f16_rounds_as_xla_with_and_without_f16_instructions():
     assert done.returncode == 0, done.stdout[-4000:]
 
 
-#: h2d_ops.h's elementwise functions by the kinds of element they take, and their arity
+#: h2d/ops.h's elementwise functions by the kinds of element they take, and their arity
 FLOAT_UNARY = ["neg", "abs_", "sign", "round_afz", "round_even", "rsqrt", "sqrt_", "exp_",
                "expm1_", "tanh_", "tan_", "sin_", "cos_", "log_", "log1p_", "cbrt_",
                "exp_logistic"]
@@ -302,12 +302,12 @@ SCALAR_BELOW_AVX512 = {(t, "clz") for t in ("int8_t", "int32_t", "int64_t", "uin
 
 @pytest.mark.parametrize("level", ["x86-64-v3", "x86-64-v4"])
 def test_elementwise_functions_vectorise(level, tmp_path):
-    """Each elementwise function of h2d_ops.h, alone in a loop over its element type,
+    """Each elementwise function of h2d/ops.h, alone in a loop over its element type,
     vectorises at AVX2 and at AVX-512, except where the ISA has no instruction for it
     (SCALAR): a select written as `?:`, a conversion between double and int64 (AVX-512
     only) or a gather indexed by 32-bit integers among 64-bit lanes keeps a loop scalar on
     one ISA and not on the other (f64 exp and sign were scalar on AVX2)."""
-    lines = ['#include "h2d_ops.h"']
+    lines = ['#include "h2d/ops.h"']
     names = {}
     for element in ("float", "double", "int8_t", "int32_t", "int64_t", "uint32_t"):
         functions = FLOAT_FUNCTIONS if element in ("float", "double") else INT_FUNCTIONS

@@ -40,6 +40,7 @@ from ..plan.annotations import (
     annotation,
     module_annotation,
 )
+from ..prelude import Helpers
 from . import dtypes, fusion, registry
 from .bindings import (
     TOKEN,
@@ -62,7 +63,7 @@ from .bindings import (
     recomputed_reads,
     view_of,
 )
-from .emitter import HELPERS_CPP, Element, Emitter, Whole
+from .emitter import Element, Emitter, Whole
 from .known import known_value
 from .literals import literal
 from .scopes import Scope, callee, updates_in_place
@@ -116,9 +117,10 @@ class Builder:
             raise UnsupportedError("builtin.module", f"no entry function {entry or 'main'}",
                                    supported=sorted(module.functions)) from None
         self.emit = Emitter(name, self.machine)
-        self.emit.sdfg.append_global_code(HELPERS_CPP)
         self.emit.sdfg.append_init_code("h2d::init_program();")
-        self._fp_mode_tasklet("h2d::enter_fp_mode();")
+        # the first tasklet brings the helpers' headers (prelude.Helpers)
+        self._fp_mode_tasklet("h2d::enter_fp_mode();").environments = {
+            Helpers.full_class_path()}
         self.emit.new_state("body")
         self.scope: Scope | None = None
         self.open_clusters: dict[tuple[int, ...], ElementwiseCluster] = {}
@@ -127,10 +129,10 @@ class Builder:
         self.argument_names: list[str] = []
         self.result_names: list[str] = []
 
-    def _fp_mode_tasklet(self, code: str) -> None:
+    def _fp_mode_tasklet(self, code: str) -> dace.nodes.Tasklet:
         """Switch the caller's floating-point mode, as XLA does around its CPU code."""
-        self.emit.state.add_tasklet("fp_mode", {}, {}, code, language=dace.Language.CPP,
-                                    side_effects=True)
+        return self.emit.state.add_tasklet("fp_mode", {}, {}, code, language=dace.Language.CPP,
+                                           side_effects=True)
 
     @property
     def constants(self) -> dict[str, np.ndarray]:

@@ -60,7 +60,7 @@ class Writer:
     def loops(self, *loops: Loop, scalar: bool = False) -> Iterator[None]:
         """Nested loops, outermost first. ``scalar``: the innermost body begins with
         ``h2d::scalar_loop()``, which keeps GCC from vectorising the map's loop across
-        the nest (see h2d_ops.h)."""
+        the nest (see include/h2d/core.h)."""
         with contextlib.ExitStack() as stack:
             for loop in loops:
                 stack.enter_context(self.block(loop.header()))

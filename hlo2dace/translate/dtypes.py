@@ -9,7 +9,7 @@ patterns and computed in ``float``, rounded back after every op as XLA does; the
 The 8-, 6- and 4-bit floats (``SMALL_FLOATS``) are stored as their bit patterns in a byte
 and computed in ``float`` too. XLA computes each of their ops in f16 (``via``; f8E8M0FNU,
 whose range f16 lacks, in f32) and converts the result: an op's value is rounded to f16,
-then to the small type. Conversions to them round once, to nearest even (``h2d_ops.h``:
+then to the small type. Conversions to them round once, to nearest even (``include/h2d/floats.h``:
 ``small_float``).
 """
 

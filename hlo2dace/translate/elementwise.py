@@ -1,7 +1,7 @@
 """Elementwise ops: one table of C++ expression templates over the operands' compute-type
 expressions. The semantics that C++ does not give for free (wrapping integer arithmetic,
 division by zero, out-of-range shifts, NaN-propagating max/min, XLA's float-to-int
-conversion...) live in ``h2d_ops.h``. The builder fuses these ops; see ``fusion.py``.
+conversion...) live in ``include/h2d/``. The builder fuses these ops; see ``fusion.py``.
 ``stablehlo.map`` applies a region of such ops element by element."""
 
 from __future__ import annotations

@@ -21,7 +21,6 @@ import copy
 import itertools
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Iterator, Sequence, Union
 
 import dace
@@ -35,7 +34,6 @@ from . import dtypes
 from .bindings import Array, Literal, View, dace_shape, map_params
 from .literals import literal
 
-HELPERS_CPP = (Path(__file__).with_name("h2d_ops.h")).read_text()
 #: the default line info of every state: without one, DaCe inspects the Python stack at
 #: every node it adds (most of the translation time)
 NO_LINEINFO = dace.dtypes.DebugInfo(0)

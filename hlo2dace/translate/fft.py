@@ -2,7 +2,7 @@
 three dimensions, any lengths, f32/f64 and their complex types, batched over the leading
 dimensions), as ``jnp.fft`` emits them.
 
-Each op is one tasklet that calls FFTW (Debian's libfftw3-dev) through h2d_fft.h, one
+Each op is one tasklet that calls FFTW (Debian's libfftw3-dev) through h2d/fft.h, one
 dimension at a time as XLA's CPU runtime (ducc0) does: the inverse transforms are scaled
 by 1/n, and a multi-dimensional IRFFT is complex transforms over all but the last
 dimension followed by complex-to-real ones along it, so an input that is not Hermitian
@@ -14,15 +14,15 @@ from __future__ import annotations
 
 import functools
 import math
-from pathlib import Path
 
 from .. import ir
+from ..prelude import include
 from .bindings import Binding
 from .builder import Builder
 from .custom_call import call_tasklet, installed, link_environment
 from .registry import register
 
-HELPERS_CPP = Path(__file__).with_name("h2d_fft.h").read_text()
+HEADER = include("fft.h")
 
 
 Fftw = link_environment("Fftw", ["fftw3f_omp", "fftw3_omp", "fftw3f", "fftw3"], __name__,
@@ -47,7 +47,7 @@ def fft(b: Builder, op: ir.Op) -> list[Binding]:
     if not fftw_installed():
         raise b.unsupported("FFTW is not installed: install Debian's libfftw3-dev "
                             "(make does so when run as root)")
-    b.emit.include_once(HELPERS_CPP)
+    b.emit.include_once(HEADER)
     outputs = [target]
     scratch = "nullptr"
     if kind == "IRFFT":

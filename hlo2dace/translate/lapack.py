@@ -3,7 +3,7 @@
 leading batch dimensions), and the ``stablehlo.cholesky`` and ``stablehlo.triangular_solve``
 ops.
 
-Each target runs a port of jaxlib's kernel (h2d_lapack.h) in one tasklet: the same LAPACK
+Each target runs a port of jaxlib's kernel (h2d/lapack.h) in one tasklet: the same LAPACK
 routine on the same column-major buffers with the same workspace sizes, so the results,
 pivots, info values and the contents of unused triangles are XLA's (JAX's own code around
 the call then replaces failed factorisations with NaNs, as under XLA). potrf is the
@@ -16,10 +16,10 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import replace
-from pathlib import Path
 from typing import Sequence
 
 from .. import ir
+from ..prelude import include
 from . import dtypes
 from .bindings import Array, Binding
 from .builder import Builder
@@ -35,7 +35,7 @@ from .custom_call import (
 from .emitter import Element
 from .registry import register
 
-HELPERS_CPP = Path(__file__).with_name("h2d_lapack.h").read_text()
+HEADER = include("lapack.h")
 
 #: LAPACK's type letters
 ELEMENTS = {"s": "f32", "d": "f64", "c": "complex<f32>", "z": "complex<f64>"}
@@ -47,7 +47,7 @@ I32 = "i32"
 Lapack = link_environment(
     "Lapack", ["lapack", "blas"], __name__,
     "Links LAPACK and BLAS (Debian's OpenBLAS: liblapack and libblas) into a program whose "
-    "tasklets call them; h2d_lapack.h includes the headers.")
+    "tasklets call them; h2d/lapack.h includes the headers.")
 
 
 @functools.cache
@@ -63,7 +63,7 @@ def _use_lapack(b: Builder) -> list[str]:
     if not lapack_installed():
         raise b.unsupported("LAPACK is not installed: install Debian's libopenblas-dev and "
                             "liblapacke-dev (make does so when run as root)")
-    b.emit.include_once(HELPERS_CPP)
+    b.emit.include_once(HEADER)
     return [Lapack.full_class_path()]
 
 

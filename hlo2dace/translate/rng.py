@@ -1,6 +1,6 @@
 """Random bits: ``stablehlo.rng_bit_generator`` (THREE_FRY, PHILOX, and DEFAULT, which is
 PHILOX on XLA's CPU), bit-exact with XLA, whose RngBitGeneratorExpander builds the
-generators of xla/hlo/builder/lib/prng.cc (ported to h2d_rng.h):
+generators of xla/hlo/builder/lib/prng.cc (ported to h2d/rng.h):
 
 * the state is ``[key, counter...]`` and comes back with the key and the advanced counter;
 * THREE_FRY (state ui64[2]): the counter plus an element's row-major index through
@@ -16,23 +16,23 @@ generators of xla/hlo/builder/lib/prng.cc (ported to h2d_rng.h):
 ``jax_default_prng_impl='rbg'`` this op.
 
 ``stablehlo.rng`` (``lax.rng_uniform``) is stateful and its numbers are implementation-
-defined: each execution draws a new Philox stream of the program (h2d_rng.h), so calls give
+defined: each execution draws a new Philox stream of the program (h2d/rng.h), so calls give
 new numbers, as XLA's do, and a fresh process repeats the sequence."""
 
 from __future__ import annotations
 
 import math
 import zlib
-from pathlib import Path
 
 from .. import ir
+from ..prelude import include
 from . import dtypes
 from .bindings import Binding, flat_index, map_params
 from .builder import Builder
 from .emitter import Element, Value, Whole
 from .registry import register
 
-HELPERS_CPP = Path(__file__).with_name("h2d_rng.h").read_text()
+HEADER = include("rng.h")
 
 #: the algorithms XLA's CPU implements; DEFAULT is PHILOX there
 ALGORITHMS = {"THREE_FRY": "THREE_FRY", "PHILOX": "PHILOX", "DEFAULT": "PHILOX"}
@@ -57,7 +57,7 @@ def rng_bit_generator(b: Builder, op: ir.Op) -> list[Binding]:
     element = dtypes.of(output.type, op.name, op.location)
     if element.is_complex or element.is_bool:
         raise b.unsupported(f"random bits of type {output.type}", ["integers", "floats"])
-    b.emit.include_once(HELPERS_CPP)
+    b.emit.include_once(HEADER)
     source = b.array(state)
     values = b.allocate_result(output)
     shape = tuple(output.type.shape)
@@ -167,7 +167,7 @@ def rng(b: Builder, op: ir.Op) -> list[Binding]:
     if element.is_complex or (distribution == "NORMAL" and not element.is_float):
         raise b.unsupported(f"{distribution} numbers of type {result.type}",
                             [f"{d}: {kinds}" for d, kinds in DISTRIBUTIONS.items()])
-    b.emit.include_once(HELPERS_CPP)
+    b.emit.include_once(HEADER)
     stream = b.emit.add_array("rng_stream", ir.TensorType((1,), "ui64"))
     b.emit.map("rng_stream", stream.type.shape, "__out = h2d::rng::next_stream();",
                outputs={"__out": Element(stream)})

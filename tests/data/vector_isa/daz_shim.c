@@ -2,7 +2,7 @@
  * denormal results to zero before and after calling the real ones: the worst a variant of
  * some instruction set may do (AVX-512's cbrtf reads them as zero; AVX2's does not). Loaded
  * with LD_PRELOAD by tests/test_vector_isa.py, so that a machine without that variant still
- * shows whether h2d_ops.h gives XLA's special values whatever the variant does. */
+ * shows whether the helpers (h2d/ops.h) give XLA's special values whatever the variant does. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdint.h>

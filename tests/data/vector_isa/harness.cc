@@ -1,9 +1,9 @@
-// Runs h2d_ops.h's transcendental functions over an array read from stdin and writes the
+// Runs h2d/ops.h's transcendental functions over an array read from stdin and writes the
 // results to stdout: in a loop the compiler vectorises with libmvec (the path of long
 // arrays), or in one it may not vectorise (the path of short arrays and loop remainders).
 // Built by tests/test_vector_isa.py once per -march level.
 //   harness FUNCTION f|d vector|scalar N < N inputs (two arrays for binary functions)
-#include "h2d_ops.h"
+#include "h2d/ops.h"
 
 #include <cstdio>
 #include <cstdlib>

@@ -1,4 +1,4 @@
-// stablehlo.fft through FFTW (see fft.py). Included once per program, after h2d_ops.h.
+// stablehlo.fft through FFTW (see fft.py). Included once per program, after h2d/ops.h.
 //
 // Plans are made with FFTW_ESTIMATE, which picks the same algorithm every time and never
 // touches the arrays while planning, so a plan is made on the call's own arrays the first

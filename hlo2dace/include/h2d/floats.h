@@ -1,0 +1,181 @@
+// hlo2dace's C++ helpers: 16-bit floats and the 8-, 6- and 4-bit ones: conversions as XLA's (and ml_dtypes') round; narrow integers.
+// (Included through h2d/ops.h; each topic header builds on the one before it.)
+#pragma once
+
+#include "core.h"
+
+namespace h2d {
+
+// ------------------------------------------------------------------ 16-bit floats
+inline float f16_to_float(uint16_t bits) { return (float)bit_cast<_Float16>(bits); }
+inline uint16_t float_to_f16(float x) { return bit_cast<uint16_t>((_Float16)x); }
+inline float round_f16(float x) { return (float)(_Float16)x; }
+
+inline float bf16_to_float(uint16_t bits) { return bit_cast<float>((uint32_t)bits << 16); }
+inline uint16_t float_to_bf16(float x) {
+    uint32_t u = bit_cast<uint32_t>(x);
+    // NaN: keep sign and payload; quieten it unless it came from a bf16 (low half zero, as
+    // after a bitcast to bf16), whose bits XLA keeps as they are
+    if (std::isnan(x)) return (uint16_t)((u >> 16) | ((u & 0xFFFF) ? 0x40 : 0));
+    u += 0x7FFF + ((u >> 16) & 1);  // round to nearest, ties to even
+    return (uint16_t)(u >> 16);
+}
+inline float round_bf16(float x) { return bf16_to_float(float_to_bf16(x)); }
+
+// ------------------------------------------------------------------ 8-, 6- and 4-bit floats
+// Stored in a byte (f6 and f4 in its low bits), computed in float. `E` exponent bits, `M`
+// mantissa bits, exponent bias `B`; how the top of the range is encoded:
+//   ieee:   infinities and NaNs as IEEE's formats (f8E5M2, f8E4M3, f8E3M4); overflow: inf;
+//   fn:     no infinity, NaN is all ones (f8E4M3FN); overflow and infinities: NaN;
+//   fnuz:   no infinity, no -0, NaN is the sign bit alone (f8E4M3FNUZ, f8E5M2FNUZ,
+//           f8E4M3B11FNUZ); overflow and infinities: NaN;
+//   finite: neither infinity nor NaN (f6E2M3FN, f6E3M2FN, f4E2M1FN); overflow saturates
+//           and NaN becomes -0, as XLA converts to f4E2M1FN.
+// Conversions from float round to nearest even, as XLA's (and ml_dtypes') do. The ieee
+// types' quiet NaN is float's; their other NaN codes become quiet float NaNs that carry the
+// code in the mantissa bits below the quiet bit, and convert back to it (so a bitcast keeps
+// any NaN, as XLA's does); other float NaNs become the quiet NaN, as XLA converts them.
+enum class Top { ieee, fn, fnuz, finite };
+template <int E, int M, int B, Top K> struct small_float {
+    static constexpr uint32_t sign_bit = 1u << (E + M);
+    static constexpr uint32_t magnitude_mask = sign_bit - 1;
+    static constexpr uint32_t top_exponent = (1u << E) - 1;
+    static constexpr uint32_t quiet = 1u << (M - 1);  // ieee: the quiet NaN's mantissa
+    static constexpr uint32_t max_finite = K == Top::ieee ? (top_exponent << M) - 1
+                                         : K == Top::fn ? magnitude_mask - 1 : magnitude_mask;
+    static float to_float(uint32_t bits) {
+        bits &= (sign_bit << 1) - 1;
+        const uint32_t magnitude = bits & magnitude_mask;
+        const float nan = std::numeric_limits<float>::quiet_NaN();
+        const float sign = (bits & sign_bit) ? -1.0f : 1.0f;
+        // fnuz's NaN has the sign bit: XLA orders it first under TOTALORDER, as a -NaN
+        if (K == Top::fnuz && bits == sign_bit) return -nan;
+        if (K == Top::fn && magnitude == magnitude_mask) return std::copysign(nan, sign);
+        if (K == Top::ieee && (magnitude >> M) == top_exponent) {
+            const uint32_t payload = magnitude & ((1u << M) - 1);
+            if (!payload) return sign * std::numeric_limits<float>::infinity();
+            return bit_cast<float>(((bits & sign_bit) ? 0x80000000u : 0) | 0x7FC00000u |
+                                   ((payload ^ quiet) << (22 - M)));
+        }
+        const uint32_t exponent = magnitude >> M, mantissa = magnitude & ((1u << M) - 1);
+        if (exponent == 0) {  // subnormal: mantissa * 2^(1 - B - M), exact in float
+            return sign * ((float)mantissa * bit_cast<float>((uint32_t)(128 - B - M) << 23));
+        }
+        return sign * bit_cast<float>(((exponent + 127 - B) << 23) | (mantissa << (23 - M)));
+    }
+    static uint32_t from_float(float x) {
+        const uint32_t u = bit_cast<uint32_t>(x), magnitude = u & 0x7FFFFFFFu;
+        const uint32_t sign = (u >> 31) ? sign_bit : 0;
+        if (magnitude > 0x7F800000u) {  // NaN
+            if (K == Top::ieee) {
+                const uint32_t payload = ((magnitude >> (22 - M)) & ((1u << M) - 1)) ^ quiet;
+                const bool code = (magnitude & 0x400000u) && payload &&
+                                  (magnitude & ((1u << (22 - M)) - 1)) == 0;
+                return sign | (top_exponent << M) | (code ? payload : quiet);
+            }
+            if (K == Top::fn) return sign | magnitude_mask;
+            return sign_bit;  // fnuz: its NaN; finite: -0
+        }
+        const int exponent = (int)(magnitude >> 23) - 127;
+        bool too_large = magnitude == 0x7F800000u;  // infinity
+        uint32_t r = 0;
+        if (!too_large && exponent >= 1 - B) {  // a normal number of the small type: rebias
+            const uint32_t t = magnitude - ((uint32_t)(127 - B) << 23);
+            constexpr int drop = 23 - M;
+            r = (t + ((1u << (drop - 1)) - 1) + ((t >> drop) & 1)) >> drop;
+            too_large = r > max_finite;
+        } else if (!too_large) {  // a subnormal of the small type (or zero)
+            const int shift = 23 - M + (1 - B - exponent);
+            const uint32_t significand =
+                (magnitude & 0x7FFFFFu) | (magnitude >= 0x800000u ? 0x800000u : 0);
+            r = shift > 24 ? 0
+                : (significand + ((1u << (shift - 1)) - 1) + ((significand >> shift) & 1)) >> shift;
+        }
+        if (too_large) {
+            if (K == Top::ieee) return sign | (top_exponent << M);
+            if (K == Top::fn) return sign | magnitude_mask;
+            if (K == Top::fnuz) return sign_bit;
+            return sign | max_finite;
+        }
+        if (K == Top::fnuz && r == 0) return 0;
+        return sign | r;
+    }
+};
+// A double narrowed to float rounding to odd (inexact results get their last bit set), so
+// that rounding the float again to a type of fewer bits rounds as the double would: XLA
+// converts f64 to the small floats directly.
+inline float float_odd(double x) {
+    float f = (float)x;
+    if (!std::isfinite(f) || (double)f == x) return f;
+    uint32_t u = bit_cast<uint32_t>(f);
+    if (std::fabs((double)f) > std::fabs(x)) u -= 1;  // toward zero, then the sticky bit
+    return bit_cast<float>(u | 1u);
+}
+// Rounding to f16 on the way to a small float, NaNs (small floats' codes) left as they are.
+template <float (*Round)(float)> inline float unless_nan(float x) {
+    return std::isnan(x) ? x : Round(x);
+}
+#define H2D_SMALL_FLOAT(name, E, M, B, K) \
+    using name##_t = small_float<E, M, B, Top::K>; \
+    inline float name##_to_float(uint8_t bits) { return name##_t::to_float(bits); } \
+    inline uint8_t float_to_##name(float x) { return (uint8_t)name##_t::from_float(x); } \
+    inline float round_##name(float x) { return name##_t::to_float(name##_t::from_float(x)); } \
+    inline uint8_t double_to_##name(double x) { return (uint8_t)name##_t::from_float(float_odd(x)); } \
+    inline double name##_to_double(uint8_t bits) { return name##_t::to_float(bits); }
+H2D_SMALL_FLOAT(f8e4m3fn, 4, 3, 7, fn)
+H2D_SMALL_FLOAT(f8e5m2, 5, 2, 15, ieee)
+H2D_SMALL_FLOAT(f8e4m3fnuz, 4, 3, 8, fnuz)
+H2D_SMALL_FLOAT(f8e5m2fnuz, 5, 2, 16, fnuz)
+H2D_SMALL_FLOAT(f8e4m3b11fnuz, 4, 3, 11, fnuz)
+H2D_SMALL_FLOAT(f8e3m4, 3, 4, 3, ieee)
+H2D_SMALL_FLOAT(f8e4m3, 4, 3, 7, ieee)
+H2D_SMALL_FLOAT(f6e2m3fn, 2, 3, 1, finite)
+H2D_SMALL_FLOAT(f6e3m2fn, 3, 2, 3, finite)
+H2D_SMALL_FLOAT(f4e2m1fn, 2, 1, 1, finite)
+#undef H2D_SMALL_FLOAT
+// f8E8M0FNU: an unsigned power of two 2^(e - 127), e = 0..254, and NaN (0xFF); zero,
+// negative numbers, infinities and NaN convert to NaN. XLA rounds on the bits: up from a
+// mantissa of one half (a float denormal: from above one half).
+// 2^-127 is a float denormal, which arithmetic reads as zero (DAZ) as XLA's does: the asm
+// keeps GCC from folding an op on it at compile time, where no DAZ applies.
+inline float f8e8m0fnu_to_float(uint8_t bits) {
+    if (bits == 0xFF) return std::numeric_limits<float>::quiet_NaN();
+    float value = bit_cast<float>(bits ? (uint32_t)bits << 23 : 0x00400000u);
+#if defined(__SSE__)
+    asm("" : "+x"(value));
+#endif
+    return value;
+}
+inline uint8_t float_to_f8e8m0fnu(float x) {
+    const uint32_t u = bit_cast<uint32_t>(x);
+    if ((u >> 31) || u >= 0x7F800000u || u == 0) return 0xFF;
+    const uint32_t exponent = u >> 23, mantissa = u & 0x7FFFFFu;
+    if (exponent == 0) return mantissa > 0x400000u ? 1 : 0;
+    const uint32_t rounded = exponent + (mantissa >= 0x400000u);
+    return rounded >= 0xFF ? 0xFF : (uint8_t)rounded;
+}
+inline float round_f8e8m0fnu(float x) { return f8e8m0fnu_to_float(float_to_f8e8m0fnu(x)); }
+// To a double exactly: 2^-127 stays itself (a float denormal would be flushed on the way).
+inline double f8e8m0fnu_to_double(uint8_t bits) {
+    return bits == 0 ? 0x1p-127 : (double)f8e8m0fnu_to_float(bits);
+}
+// From a double, XLA rounds on the double's bits; below 2^-126 it gives 2^-127 for 2^-127
+// itself, 2^-126 above it, and NaN below it.
+inline uint8_t double_to_f8e8m0fnu(double x) {
+    if (!(x > 0) || !std::isfinite(x)) return 0xFF;
+    if (x < 0x1p-126) return x < 0x1p-127 ? 0xFF : x == 0x1p-127 ? 0 : 1;
+    const uint64_t u = bit_cast<uint64_t>(x);
+    const uint64_t rounded = (u >> 52) - 1023 + 127 + ((u & ((1ull << 52) - 1)) >= (1ull << 51));
+    return rounded >= 0xFF ? 0xFF : (uint8_t)rounded;
+}
+
+// 2- and 4-bit integers live in a byte: wrap a result back to `Bits` bits.
+template <int Bits, typename T> inline T wrap(T x) {
+    if constexpr (std::is_signed_v<T>) {
+        return (T)((int8_t)((uint8_t)x << (8 - Bits)) >> (8 - Bits));
+    } else {
+        return (T)(x & ((1u << Bits) - 1));
+    }
+}
+
+}  // namespace h2d
