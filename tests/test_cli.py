@@ -226,9 +226,11 @@ def test_malformed_text_is_read_as_text(tmp_path, capsys):
 
 @pytest.mark.parametrize("command", ["convert", "run"])
 def test_unsupported_op(files, capsys, command):
+    """The error names the op and where it is: the file, not MLIR's ``-``."""
     assert cli.main([command, str(files / "unsupported.mlir")]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("hlo2dace: error:") and "stablehlo.custom_call" in err
+    assert err.startswith(f"hlo2dace: error: `stablehlo.custom_call` at "
+                          f"{files / 'unsupported.mlir'}:2:8: custom call target"), err
 
 
 def test_console_script(files, tmp_path):
