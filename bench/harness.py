@@ -28,13 +28,17 @@ pin_to_one_cpu()  # before XLA starts its thread pool: measuring children import
 def thread_environment(threads: int | None, env: dict[str, str] | None = None) -> dict[str, str]:
     """``env`` (default: this process's) for a child that measures with one thread
     (``threads == 1``: one CPU, OpenMP, XLA's Eigen pool and OpenBLAS) or all (None). XLA fixes its
-    thread pool when it starts, so every thread setting needs a process of its own."""
+    thread pool when it starts, so every thread setting needs a process of its own. XLA reads
+    no thread count: ``--intra_op_parallelism_threads=1`` in ``XLA_FLAGS`` stops the process
+    (``Unknown flag in XLA_FLAGS``), the same words without ``--`` were ignored, and jaxlib
+    0.10.2's CPU client takes no thread count; its pool follows the CPUs the process may use
+    (``pin_to_one_cpu``)."""
     env = dict(os.environ if env is None else env)
     if threads == 1:
         env["OMP_NUM_THREADS"] = "1"
         env[ONE_CPU] = "1"
-        env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false "
-                            "intra_op_parallelism_threads=1").strip()
+        env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false"
+                            ).strip()
         for var in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
             env[var] = "1"
     return env
