@@ -7,7 +7,7 @@ import os
 from typing import Callable
 
 from hlo2dace import blas_core
-from hlo2dace.compare import median_seconds
+from hlo2dace.compare import compare_arrays, median_seconds
 
 #: set by ``thread_environment(1)``: the measuring child runs on one CPU
 ONE_CPU = "HLO2DACE_BENCH_ONE_CPU"
@@ -74,6 +74,22 @@ def blas_kernels() -> str:
     return (f"OpenBLAS's {chosen[1]} kernels (hlo2dace's choice: unaided, the library runs its "
             f"{chosen[0]} kernels on this CPU; XLA has its own)" if chosen
             else "OpenBLAS's kernels for this CPU")
+
+
+def check(expected, actual) -> dict:
+    """hlo2dace's result ``actual`` against XLA's ``expected`` (pytrees, or sequences of
+    arrays), every leaf at its dtype's tolerance (``hlo2dace.compare.compare_arrays``):
+    ``verdict`` OK when every leaf is (and there are as many), else DIFFERS, and the
+    largest ``normwise_error``."""
+    import jax
+    import numpy as np
+
+    expected = [np.asarray(leaf) for leaf in jax.tree_util.tree_leaves(expected)]
+    actual = [np.asarray(leaf) for leaf in jax.tree_util.tree_leaves(actual)]
+    checks = [compare_arrays(i, e, a) for i, (e, a) in enumerate(zip(expected, actual))]
+    return {"verdict": "OK" if len(expected) == len(actual) and all(
+                c.verdict == "OK" for c in checks) else "DIFFERS",
+            "normwise_error": max((c.normwise_error or 0.0 for c in checks), default=0.0)}
 
 
 def interleaved(calls: dict[str, tuple[Callable, Callable | None]], budget: float,

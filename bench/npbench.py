@@ -38,7 +38,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness import blas_kernels, interleaved, machine, thread_environment
+from harness import blas_kernels, check, interleaved, machine, thread_environment
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 FRAMEWORKS = ("numpy", "xla", "hlo2dace", "dace")
@@ -193,8 +193,6 @@ def _measure_preset(row: dict, info: dict, preset: str, xla, ours, budget: float
     import jax
     import numpy as np
 
-    from hlo2dace.compare import compare_arrays
-
     data = _inputs(info, preset)
     arrays = info["array_args"]
     args = [data[a] for a in info["input_args"]]
@@ -203,10 +201,7 @@ def _measure_preset(row: dict, info: dict, preset: str, xla, ours, budget: float
     result = ours(*jax_args)
     row["first_call_s"] = time.perf_counter() - start
     expected, actual = _leaves(xla(*jax_args)), _leaves(result)
-    checks = [compare_arrays(i, e, a) for i, (e, a) in enumerate(zip(expected, actual))]
-    row["verdict"] = "OK" if len(expected) == len(actual) and all(
-        c.verdict == "OK" for c in checks) else "DIFFERS"
-    row["normwise_error"] = max((c.normwise_error or 0.0 for c in checks), default=0.0)
+    row.update(check(expected, actual))
     row["npbench_valid"] = npbench_valid(info, expected, actual)
 
     def copies():  # NumPy and DaCe overwrite their array arguments
