@@ -22,6 +22,8 @@ from jaxlib.mlir.dialects import stablehlo
 
 from hlo2dace import cli
 
+from util import needs
+
 
 def _f(x, y):
     return jnp.sin(x) * y + 1.0, (x > 0).astype(jnp.int32)
@@ -236,8 +238,7 @@ def test_unsupported_op(files, capsys, command):
 def test_console_script(files, tmp_path):
     script = shutil.which("hlo2dace", path=str(Path(sys.executable).parent)) \
         or shutil.which("hlo2dace")
-    if script is None:
-        pytest.skip("the hlo2dace console script is not installed (pip install -e .)")
+    needs(script is not None, "the hlo2dace console script (pip install -e .)")
     target = tmp_path / "saved.npz"
     done = subprocess.run([script, "run", str(files / "f.exported"), "--inputs",
                            str(files / "inputs.npz"), "-o", str(target)],

@@ -25,7 +25,7 @@ from hlo2dace.errors import UnsupportedError
 from hlo2dace.optimize import shared_threads
 from hlo2dace.translate import linalg
 
-from util import assert_arrays_match, assert_matches_jax, blas_calls, dtype_id
+from util import assert_arrays_match, assert_matches_jax, blas_calls, dtype_id, needs
 from util import random_operand as operand
 
 PRODUCT_DTYPES = (np.float32, np.float64, np.complex64, np.complex128, np.int32, np.int64)
@@ -890,8 +890,7 @@ def test_programs_run_openblas_kernels_of_the_cpus_instruction_set():
     set, even where the library does not know the CPU's model (Debian 12's OpenBLAS runs
     SSE3 kernels on an Emerald Rapids Xeon unaided, 5.8x slower), and the environment
     is left as it was; a user's ``OPENBLAS_CORETYPE`` is kept."""
-    if linalg.blas_implementation() != "OpenBLAS":
-        pytest.skip("OpenBLAS is not installed")
+    needs(linalg.blas_implementation() == "OpenBLAS", "OpenBLAS (Debian's libopenblas-dev)")
     env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
     ran = subprocess.run([sys.executable, "-c", PROBE_KERNELS], env=env, capture_output=True,
                          text=True, timeout=600)
