@@ -7,7 +7,7 @@ import os
 from typing import Callable
 
 from hlo2dace import blas_core
-from hlo2dace.compare import median_seconds
+from hlo2dace.compare import compare_arrays, median_seconds
 
 #: set by ``thread_environment(1)``: the measuring child runs on one CPU
 ONE_CPU = "HLO2DACE_BENCH_ONE_CPU"
@@ -28,13 +28,17 @@ pin_to_one_cpu()  # before XLA starts its thread pool: measuring children import
 def thread_environment(threads: int | None, env: dict[str, str] | None = None) -> dict[str, str]:
     """``env`` (default: this process's) for a child that measures with one thread
     (``threads == 1``: one CPU, OpenMP, XLA's Eigen pool and OpenBLAS) or all (None). XLA fixes its
-    thread pool when it starts, so every thread setting needs a process of its own."""
+    thread pool when it starts, so every thread setting needs a process of its own. XLA reads
+    no thread count: ``--intra_op_parallelism_threads=1`` in ``XLA_FLAGS`` stops the process
+    (``Unknown flag in XLA_FLAGS``), the same words without ``--`` were ignored, and jaxlib
+    0.10.2's CPU client takes no thread count; its pool follows the CPUs the process may use
+    (``pin_to_one_cpu``)."""
     env = dict(os.environ if env is None else env)
     if threads == 1:
         env["OMP_NUM_THREADS"] = "1"
         env[ONE_CPU] = "1"
-        env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false "
-                            "intra_op_parallelism_threads=1").strip()
+        env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false"
+                            ).strip()
         for var in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
             env[var] = "1"
     return env
@@ -70,6 +74,22 @@ def blas_kernels() -> str:
     return (f"OpenBLAS's {chosen[1]} kernels (hlo2dace's choice: unaided, the library runs its "
             f"{chosen[0]} kernels on this CPU; XLA has its own)" if chosen
             else "OpenBLAS's kernels for this CPU")
+
+
+def check(expected, actual) -> dict:
+    """hlo2dace's result ``actual`` against XLA's ``expected`` (pytrees, or sequences of
+    arrays), every leaf at its dtype's tolerance (``hlo2dace.compare.compare_arrays``):
+    ``verdict`` OK when every leaf is (and there are as many), else DIFFERS, and the
+    largest ``normwise_error``."""
+    import jax
+    import numpy as np
+
+    expected = [np.asarray(leaf) for leaf in jax.tree_util.tree_leaves(expected)]
+    actual = [np.asarray(leaf) for leaf in jax.tree_util.tree_leaves(actual)]
+    checks = [compare_arrays(i, e, a) for i, (e, a) in enumerate(zip(expected, actual))]
+    return {"verdict": "OK" if len(expected) == len(actual) and all(
+                c.verdict == "OK" for c in checks) else "DIFFERS",
+            "normwise_error": max((c.normwise_error or 0.0 for c in checks), default=0.0)}
 
 
 def interleaved(calls: dict[str, tuple[Callable, Callable | None]], budget: float,

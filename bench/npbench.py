@@ -38,7 +38,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness import blas_kernels, interleaved, machine, thread_environment
+from harness import blas_kernels, check, interleaved, machine, thread_environment
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 FRAMEWORKS = ("numpy", "xla", "hlo2dace", "dace")
@@ -193,8 +193,6 @@ def _measure_preset(row: dict, info: dict, preset: str, xla, ours, budget: float
     import jax
     import numpy as np
 
-    from hlo2dace.compare import compare_arrays
-
     data = _inputs(info, preset)
     arrays = info["array_args"]
     args = [data[a] for a in info["input_args"]]
@@ -203,10 +201,7 @@ def _measure_preset(row: dict, info: dict, preset: str, xla, ours, budget: float
     result = ours(*jax_args)
     row["first_call_s"] = time.perf_counter() - start
     expected, actual = _leaves(xla(*jax_args)), _leaves(result)
-    checks = [compare_arrays(i, e, a) for i, (e, a) in enumerate(zip(expected, actual))]
-    row["verdict"] = "OK" if len(expected) == len(actual) and all(
-        c.verdict == "OK" for c in checks) else "DIFFERS"
-    row["normwise_error"] = max((c.normwise_error or 0.0 for c in checks), default=0.0)
+    row.update(check(expected, actual))
     row["npbench_valid"] = npbench_valid(info, expected, actual)
 
     def copies():  # NumPy and DaCe overwrite their array arguments
@@ -284,9 +279,13 @@ def run_setting(checkout: Path, names, presets, budget: float, threads: int | No
                         if line.startswith("{")]
             for preset in presets:
                 if not any(r["preset"] == preset for r in measured):
-                    measured.append({"kernel": name, "preset": preset, "error": failure})
+                    measured.append({"kernel": name, "preset": preset,
+                                     "error": failure or "no result (the child said nothing)",
+                                     "timed_out": failure is not None
+                                     and failure.startswith("timeout")})
             for row in measured:
-                row["threads"] = label
+                row.update(threads=label, machine=machine(),
+                           load_average=round(os.getloadavg()[0], 2))
                 print(json.dumps(row), file=sys.stderr, flush=True)
             rows += measured
     return rows
@@ -307,14 +306,71 @@ def _ms(row: dict, key: str) -> str:
     return f"{row[key] * 1e3:.3f}" if row.get(key) else ""
 
 
+def correct(row: dict) -> bool:
+    """hlo2dace's outputs pass a check: within the dtype's tolerance of XLA's, or NPBench's
+    own validation against them."""
+    return row.get("verdict") == "OK" or row.get("npbench_valid") is True
+
+
+SUMMARY_HEADER = [
+    "| preset | threads | kernels | ran | correct at the dtype's tolerance | correct by "
+    "NPBench's check | failed | timed out | geomean hlo2dace/XLA (over the correct) | above "
+    "1.5x | at or below 1x | geomean DaCe/XLA (over those it runs correctly) | geomean "
+    "NumPy/XLA |",
+    "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+]
+
+
+def summary_line(preset: str, threads: str, mine: list[dict]) -> str:
+    """One setting's counts and geomeans: every kernel counted (run, correct by each check,
+    failed, timed out), and each geomean saying the kernels it is over: hlo2dace's over
+    those whose outputs pass a check (a wrong answer's speed means nothing, and a failed or
+    timed-out kernel has none), DaCe's over those it runs with outputs NPBench accepts."""
+    ran = [r for r in mine if not r.get("error")]
+    timed_out = sum(bool(r.get("timed_out")) for r in mine)
+    good = [r for r in ran if correct(r) and _ratio(r, "hlo2dace")]
+    ours = [_ratio(r, "hlo2dace") for r in good]
+    dace_ratios = [_ratio(r, "dace") for r in mine if _ratio(r, "dace")
+                   and r.get("dace_error_vs_numpy", 0) <= 1e-5]
+    numpy_ratios = [_ratio(r, "numpy") for r in mine if _ratio(r, "numpy")]
+
+    def mean(ratios) -> str:
+        return f"{geomean(ratios):.2f} ({len(ratios)} of {len(mine)})" if ratios else "none"
+
+    return (f"| {preset} | {threads} | {len(mine)} | {len(ran)} | "
+            f"{sum(r.get('verdict') == 'OK' for r in ran)} | "
+            f"{sum(r.get('npbench_valid') is True for r in ran)} | "
+            f"{len(mine) - len(ran) - timed_out} | {timed_out} | {mean(ours)} | "
+            f"{sum(q > 1.5 for q in ours)} | {sum(q <= 1 for q in ours)} | "
+            f"{mean(dace_ratios) if dace_ratios else 'not run'} | "
+            f"{mean(numpy_ratios) if numpy_ratios else 'not run'} |")
+
+
+def settings_of(rows: list[dict]) -> list[tuple[str, str]]:
+    """The (preset, threads) settings of ``rows``, smaller presets and fewer threads first."""
+    return sorted({(r["preset"], r["threads"]) for r in rows},
+                  key=lambda s: ("SML".find(s[0]), int(s[1])))
+
+
+def summary(rows: list[dict]) -> list[str]:
+    """The summary table: one line per (preset, threads) setting."""
+    return [*SUMMARY_HEADER, *(summary_line(preset, threads, [
+        r for r in rows if (r["preset"], r["threads"]) == (preset, threads)])
+        for preset, threads in settings_of(rows))]
+
+
 def write(rows: list[dict], command: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    settings = sorted({(r["preset"], r["threads"]) for r in rows},
-                      key=lambda s: ("SML".find(s[0]), int(s[1])))
+    settings = settings_of(rows)
+    # where and how loaded the rows were measured (rows written before they said: here, now)
+    machines = ", ".join(sorted({r.get("machine") or machine() for r in rows}))
+    measured = [r["load_average"] for r in rows if "load_average" in r]
+    loads = (f"load average after each kernel {min(measured):.1f} to {max(measured):.1f}"
+             if measured else f"load average when written {os.getloadavg()[0]:.1f}")
     lines = [
         "# NPBench",
         "",
@@ -325,38 +381,21 @@ def write(rows: list[dict], command: str) -> None:
         "ms, measured in the same process, the frameworks taking turns; ratio = time / XLA's",
         "(below 1: faster than XLA). `first call`: hlo2dace's first call with an empty cache",
         "(JAX lowering, translation, C++ build). `check`: every hlo2dace output against XLA's",
-        "at the dtype's tolerance, with the largest normwise error, and where it differs,",
-        "whether it passes NPBench's own validation against XLA's (its rtol, atol and",
-        "normwise bound for the kernel: 1e-5, 1e-8, 1e-5 unless its bench_info widens",
-        "them; `correct` in the summary counts these); DaCe's outputs are checked",
+        "at the dtype's tolerance, with the largest normwise error, and whether it passes",
+        "NPBench's own validation against XLA's (its rtol, atol and normwise bound for the",
+        "kernel: 1e-5, 1e-8, 1e-5 unless its bench_info widens them). The summary counts",
+        "every kernel: those that ran, those correct by each check, those that failed",
+        "(an exception or a crash) and those that timed out; hlo2dace's geomean is over the",
+        "kernels correct by either check, and says how many. DaCe's outputs are checked",
         "against NumPy's (\"wrong\": a normwise difference above 1e-5, NPBench's bound, and",
         "left out of the DaCe geomean). x64 on.",
-        f"Machine: {machine()}; load average at the end "
-        f"{os.getloadavg()[0]:.1f}; {blas_kernels()}. hlo2dace's optimisation level: "
+        f"Machine: {machines}; {loads}; {blas_kernels()}. hlo2dace's optimisation level: "
         f"`{os.environ.get('HLO2DACE_OPTIMIZE') or 'default'}`.",
         "",
         "## Summary",
         "",
-        "| preset | threads | kernels checked OK | correct (NPBench's validation) | "
-        "geomean hlo2dace/XLA | above 1.5x | at or below 1x | "
-        "geomean DaCe/XLA (kernels it runs) | geomean NumPy/XLA |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        *summary(rows),
     ]
-    for preset, threads in settings:
-        mine = [r for r in rows if (r["preset"], r["threads"]) == (preset, threads)]
-        ours = [_ratio(r, "hlo2dace") for r in mine]
-        dace_ratios = [_ratio(r, "dace") for r in mine if _ratio(r, "dace")
-                       and r.get("dace_error_vs_numpy", 0) <= 1e-5]
-        ok = sum(r.get("verdict") == "OK" for r in mine)
-        correct = sum(r.get("verdict") == "OK" or bool(r.get("npbench_valid")) for r in mine)
-        dace = f"{geomean(dace_ratios):.2f} ({len(dace_ratios)})" if dace_ratios else "not run"
-        numpy_ratios = [_ratio(r, "numpy") for r in mine if _ratio(r, "numpy")]
-        numpy = f"{geomean(numpy_ratios):.2f}" if numpy_ratios else "not run"
-        lines.append(
-            f"| {preset} | {threads} | {ok} of {len(mine)} | {correct} of {len(mine)} | "
-            f"{geomean(ours):.2f} | "
-            f"{sum(1 for q in ours if q and q > 1.5)} | {sum(1 for q in ours if q and q <= 1)} "
-            f"| {dace} | {numpy} |")
     for preset, threads in settings:
         mine = sorted((r for r in rows if (r["preset"], r["threads"]) == (preset, threads)),
                       key=lambda r: -(_ratio(r, "hlo2dace") or math.inf))
@@ -366,12 +405,17 @@ def write(rows: list[dict], command: str) -> None:
         for r in mine:
             ratio, dace_ratio = _ratio(r, "hlo2dace"), _ratio(r, "dace")
             first = r.get("first_call_s")
-            check = r.get("verdict") or f"error: {r.get('error')}"
+            check = r.get("verdict") or ""
             if r.get("verdict") and r.get("normwise_error"):
                 check += f" ({r['normwise_error']:.1e})"
-            if r.get("verdict") == "DIFFERS" and "npbench_valid" in r:
-                check += ", passes NPBench's validation" if r["npbench_valid"] else \
-                    ", fails NPBench's validation"
+            if "npbench_valid" in r:
+                check += {True: ", passes NPBench's validation",
+                          False: ", fails NPBench's validation",
+                          None: ", NPBench's validation cannot compare them"}[
+                              r["npbench_valid"]]
+            if r.get("error"):
+                check = f"{check}; " * bool(check) + \
+                    f"{'timed out' if r.get('timed_out') else 'failed'}: {r['error']}"
             dace_note = _ms(r, "dace_s") or ("fails" if r.get("dace_error") else "")
             if r.get("dace_error_vs_numpy", 0) > 1e-5:
                 dace_note += " (wrong)"
@@ -466,6 +510,8 @@ def main() -> None:
     if not args.kernels:
         write(rows, command)
         print((DOCS / "npbench.md").read_text())
+    else:  # a subset: its summary, and no document
+        print("\n".join(summary(rows)))
 
 
 if __name__ == "__main__":

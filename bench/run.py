@@ -21,7 +21,7 @@ import kernels
 import loops
 import numpy as np
 import reductions
-from harness import machine
+from harness import check, machine
 
 import hlo2dace
 from hlo2dace.compare import keep_freed_memory, median_seconds
@@ -77,25 +77,50 @@ def measure(name, fun, inputs, flops, budget, rounds: int = 3) -> dict:
     """Median seconds per call of XLA, of ``hlo2dace.jit`` and of the ``Compiled`` module
     (called with NumPy arrays directly), measured in alternating rounds with the best
     round of each kept, so that a burst of load from other processes does not decide the
-    ratio; and the first call's time (lowering, translation, build)."""
+    ratio; the first call's time (lowering, translation, build); and the results of both
+    hlo2dace calls checked against XLA's (``harness.check``: the worse verdict and
+    error). A case that raises is recorded with its error."""
+    try:
+        return {"case": name, **_measure(fun, inputs, flops, budget, rounds)}
+    except Exception as exc:
+        return {"case": name, "error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+
+
+def _measure(fun, inputs, flops, budget, rounds: int) -> dict:
     xla = jax.jit(fun)
     ours = hlo2dace.jit(fun)
     start = time.perf_counter()
-    ours(*inputs)
+    result = ours(*inputs)
     first = time.perf_counter() - start
     compiled = ours.lower(*inputs).compile()
     leaves = jax.tree.leaves(inputs)  # a Compiled module takes the pytrees' arrays
+    expected = xla(*inputs)
+    checks = [check(expected, result), check(expected, compiled(*leaves))]
+    checked = {"verdict": "OK" if all(c["verdict"] == "OK" for c in checks) else "DIFFERS",
+               "normwise_error": max(c["normwise_error"] for c in checks)}
     calls = {"xla": lambda: jax.block_until_ready(xla(*inputs)), "jit": lambda: ours(*inputs),
              "compiled": lambda: compiled(*leaves)}
     best = dict.fromkeys(calls, float("inf"))
     for _ in range(rounds):
         for key, call in calls.items():
             best[key] = min(best[key], median_seconds(call, budget / rounds))
-    return {"case": name, "xla_ms": best["xla"] * 1e3, "dace_ms": best["jit"] * 1e3,
+    return {"xla_ms": best["xla"] * 1e3, "dace_ms": best["jit"] * 1e3,
             "compiled_ms": best["compiled"] * 1e3, "speedup": best["xla"] / best["jit"],
-            "first_call_s": first,
+            "first_call_s": first, **checked,
             "xla_gflops": flops / best["xla"] / 1e9 if flops else None,
             "dace_gflops": flops / best["compiled"] / 1e9 if flops else None}
+
+
+def summary(results: dict) -> str:
+    """How every case's results compared with XLA's: the counts, and the cases that
+    differ or failed by name."""
+    rows = [r for section_rows in results.values() for r in section_rows]
+    failed = [r["case"] for r in rows if r.get("error")]
+    differ = [r["case"] for r in rows if r.get("verdict") == "DIFFERS"]
+    return (f"Checked against XLA at the dtype's tolerance: {len(rows)} cases, "
+            f"{len(rows) - len(failed) - len(differ)} OK, {len(differ)} DIFFERS"
+            + (f" ({', '.join(differ)})" if differ else "") + f", {len(failed)} failed"
+            + (f" ({', '.join(failed)})" if failed else "") + ".")
 
 
 def main() -> None:
@@ -117,6 +142,7 @@ def main() -> None:
             for name, fun, inputs, flops in section_cases(args.quick):
                 results[section].append(measure(name, fun, inputs, flops, args.budget))
                 print(json.dumps(results[section][-1]), flush=True)
+    print(summary(results))
     if args.only:
         return
     with tempfile.TemporaryDirectory() as cache:
@@ -178,6 +204,10 @@ def write_report(results, build_s, load_s, args) -> None:
         "`hlo2dace.jit` includes the signature check and conversion of results to",
         "`jax.Array`; `Compiled` is the compiled module called with NumPy arrays directly.",
         "Speed-up: XLA's time over `hlo2dace.jit`'s (above 1: hlo2dace is faster).",
+        "`check`: the results of both hlo2dace calls against XLA's at the dtype's tolerance",
+        "(`hlo2dace compare`'s verdict), with the largest normwise error.",
+        "",
+        summary(results),
         "",
         f"Machine: {platform.machine()}, {machine()}, Python {platform.python_version()}, "
         f"jax {jax.__version__}, {time.strftime('%Y-%m-%d')}, load average "
@@ -189,14 +219,18 @@ def write_report(results, build_s, load_s, args) -> None:
     for section, rows in results.items():
         lines += ["", f"## {section}", "", NOTES[section], "",
                   "| case | XLA ms | hlo2dace.jit ms | Compiled ms | speed-up | first call s "
-                  "| GFLOP/s XLA | GFLOP/s DaCe |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
+                  "| GFLOP/s XLA | GFLOP/s DaCe | check |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
         for r in rows:
+            if r.get("error"):
+                lines.append(f"| {r['case']} | | | | | | | | failed: {r['error']} |")
+                continue
             gx = f"{r['xla_gflops']:.1f}" if r["xla_gflops"] else "-"
             gd = f"{r['dace_gflops']:.1f}" if r["dace_gflops"] else "-"
+            error = f" ({r['normwise_error']:.1e})" if r["normwise_error"] else ""
             lines.append(f"| {r['case']} | {r['xla_ms']:.3f} | {r['dace_ms']:.3f} | "
                          f"{r['compiled_ms']:.3f} | {r['speedup']:.2f} | "
-                         f"{r['first_call_s']:.2f} | {gx} | {gd} |")
+                         f"{r['first_call_s']:.2f} | {gx} | {gd} | {r['verdict']}{error} |")
     lines += ["", f"Seed example (500x500) in a new process: {build_s:.2f} s to lower, "
               f"translate and build; {load_s:.3f} s to get the binary from the disk cache (JAX "
               "lowering, normalising, importing DaCe and loading the library).", ""]
@@ -224,10 +258,12 @@ def plot(results) -> None:
     except ImportError:
         print("matplotlib not installed: no plot")
         return
-    rows = [(section, r) for section, section_rows in results.items() for r in section_rows]
+    rows = [(section, r) for section, section_rows in results.items() for r in section_rows
+            if not r.get("error")]
     colours = {section: f"C{k}" for k, section in enumerate(results)}
     fig, ax = plt.subplots(figsize=(9, 0.6 + 0.32 * len(rows)))
-    ax.barh([r["case"] for _, r in rows], [r["speedup"] for _, r in rows],
+    ax.barh([r["case"] + (" (DIFFERS)" if r["verdict"] != "OK" else "") for _, r in rows],
+            [r["speedup"] for _, r in rows],
             color=[colours[section] for section, _ in rows])
     ax.set_xscale("log")
     ax.axvline(1.0, color="black", linewidth=1)

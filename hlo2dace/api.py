@@ -515,8 +515,9 @@ class JitFunction:
                                 "(no keyword or static arguments)")
         try:
             return jax.export.symbolic_args_specs(args, self._polymorphic_shapes)
-        except (ValueError, TypeError) as exc:
-            raise ArgumentError(f"polymorphic_shapes {self._polymorphic_shapes!r}: {exc}") \
+        except (ValueError, TypeError, IndexError) as exc:
+            raise ArgumentError(_polymorphic_mismatch(args, self._polymorphic_shapes) or
+                                f"polymorphic_shapes {self._polymorphic_shapes!r}: {exc}") \
                 from None
 
     def _lower_polymorphic(self, args, kwargs, specs=None) -> JitLowered:
@@ -531,6 +532,33 @@ class JitFunction:
         return JitLowered(normalize(exported), name,
                           Results(exported.out_tree, exported.out_avals, polymorphic=True),
                           self._optimize)
+
+
+def _polymorphic_mismatch(args, specifications) -> str | None:
+    """How ``args`` differ from the ``polymorphic_shapes`` specifications (one string for
+    every argument, or one per argument), said plainly: JAX's own message quotes its
+    parser. None where the specifications are of another form or nothing plain is found."""
+    import jax
+
+    if isinstance(specifications, str):
+        specifications = [specifications] * len(args)
+    if not isinstance(specifications, (list, tuple)):
+        return None
+    if len(specifications) != len(args):
+        return (f"called with {len(args)} argument(s); polymorphic_shapes gives "
+                f"{len(specifications)} specification(s)")
+    for i, (arg, specification) in enumerate(zip(args, specifications)):
+        if not isinstance(specification, str):
+            continue
+        try:
+            dims = jax.export.symbolic_shape(specification)
+        except (ValueError, TypeError):  # placeholders (``_``, ``...``) need the argument
+            continue
+        shape = tuple(np.shape(arg))
+        if len(dims) != len(shape) or any(isinstance(d, int) and d != n
+                                           for d, n in zip(dims, shape)):
+            return f"argument {i} has shape {shape}; the specification is {specification}"
+    return None
 
 
 class JitLowered(Lowered):

@@ -85,7 +85,9 @@ def render() -> str:
                      f"{computed} |")
     targets = supported_targets()
     lines += ["", f"`stablehlo.custom_call` targets ({len(targets)}; any other raises "
-              "`UnsupportedError` listing these): " + ", ".join(f"`{t}`" for t in targets) + "."]
+              "`UnsupportedError` pointing here, or naming the JAX feature it comes from and "
+              "what to use instead: host callbacks such as `jax.debug.print`, "
+              "`jax.lax.approx_max_k`): " + ", ".join(f"`{t}`" for t in targets) + "."]
     missing = [n for n in stablehlo_op_names() if n not in supported and n not in LEGALISED]
     lines += ["", f"Not supported yet: {len(missing)} StableHLO ops.", "",
               "| op | planned in |", "|---|---|"]

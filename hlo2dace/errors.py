@@ -68,3 +68,8 @@ class CompilationError(Hlo2DaceError):
 class JobSizeError(Hlo2DaceError):
     """A program made for a number of processes, run in an MPI job of another size (or in
     no job): the message names the command to launch."""
+
+    def __init__(self, message: str, processes: int):
+        super().__init__(message)
+        #: the number of processes the program runs on
+        self.processes = processes

@@ -37,6 +37,19 @@ def launched_size() -> int:
     return 1
 
 
+def configure_devices() -> None:
+    """In an MPI job of ``n`` ranks, let JAX see ``n`` CPU devices (before its backend
+    starts), so meshes and shardings of ``n`` devices trace as they would in one process
+    of ``n`` devices. Does nothing outside a job or once JAX's backend runs."""
+    ranks = launched_size()
+    if ranks <= 1:
+        return
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "xla_force_host_platform_device_count" not in flags:
+        os.environ["XLA_FLAGS"] = \
+            f"{flags} --xla_force_host_platform_device_count={ranks}".strip()
+
+
 @functools.lru_cache(maxsize=1)
 def world() -> Any:
     """mpi4py's ``COMM_WORLD`` of this job (MPI initialised, failures abort the job), or
@@ -74,10 +87,10 @@ def check_size(processes: int, what: str = "a program") -> None:
         raise JobSizeError(f"{what} runs on {processes} processes (one per device of its "
                            f"mesh) and this process is not part of an MPI job: launch it "
                            f"with `{launch_command(processes)}`, or `hlo2dace run --ranks "
-                           f"{processes}` for a module")
+                           f"{processes}` for a module", processes)
     raise JobSizeError(f"{what} runs on {processes} processes (one per device of its mesh), "
                        f"but this MPI job has {size()} ranks: launch it with "
-                       f"`{launch_command(processes)}`")
+                       f"`{launch_command(processes)}`", processes)
 
 
 def process_value(spec: dict) -> int:

@@ -9,7 +9,7 @@ inserted the collectives, ``shard_map`` bodies and sharding annotations are gone
 StableHLO again (jaxlib's ``hlo_to_stablehlo``) and is what hlo2dace compiles. XLA's own
 optimisations stay in it (fusions are calls, ``mhlo.fusion``), so hlo2dace follows XLA's
 order of operations. In an MPI job JAX sees one CPU device per rank
-(``configure_devices``), so the script that makes a mesh of 4 devices runs unchanged
+(``mpi.configure_devices``), so the script that makes a mesh of 4 devices runs unchanged
 under ``mpirun -n 4``; partition ``r`` (device ``r`` of the executable's assignment) is
 rank ``r``.
 
@@ -41,23 +41,15 @@ _PER_DEVICE_CODE = re.compile(
     r"|collective_permute|collective_broadcast|partition_id|replica_id))\b")
 
 
-def configure_devices() -> None:
-    """In an MPI job of ``n`` ranks, let JAX see ``n`` CPU devices (before its backend
-    starts), so meshes and shardings of ``n`` devices trace as they would in one process
-    of ``n`` devices. Does nothing outside a job or once JAX's backend runs."""
-    ranks = mpi.launched_size()
-    if ranks <= 1:
-        return
-    flags = os.environ.get("XLA_FLAGS", "")
-    if "xla_force_host_platform_device_count" not in flags:
-        os.environ["XLA_FLAGS"] = \
-            f"{flags} --xla_force_host_platform_device_count={ranks}".strip()
-
-
 def processes(text: str) -> tuple[int, int]:
     """(replicas, partitions) that a JAX lowering's module text says it runs on."""
     found = dict(_PROCESSES.findall(text[:4000]))  # module attributes come first
     return int(found.get("replicas", 1)), int(found.get("partitions", 1))
+
+
+def has_per_device_code(text: str) -> bool:
+    """Whether a module holds code per device: ``shard_map`` bodies or collectives."""
+    return _PER_DEVICE_CODE.search(text) is not None
 
 
 def runs_as_ranks(text: str) -> bool:
@@ -65,7 +57,7 @@ def runs_as_ranks(text: str) -> bool:
     always does. In a single process, only a module with code per device (``shard_map``
     bodies, explicit collectives) needs ranks: a program whose arrays are merely sharded
     computes the same global values in one process, as before it met a mesh."""
-    return mpi.launched_size() > 1 or _PER_DEVICE_CODE.search(text) is not None
+    return mpi.launched_size() > 1 or has_per_device_code(text)
 
 
 @dataclass
@@ -146,7 +138,8 @@ def partition_exported(exported: Any) -> Partitioned:
 def exported_reference(exported: Any) -> tuple[Any, list[Any]]:
     """``exported`` as a ``jax.jit`` function on ``nr_devices`` of this process's devices,
     and its arguments' shapes, dtypes and shardings (those without one: whole on every
-    device)."""
+    device). Each exported mesh is rebuilt on this process's devices with its own axis
+    names, sizes and types: ``Exported.call`` accepts shardings on no other."""
     import jax
     from jax.sharding import Mesh, NamedSharding
     from jax.sharding import PartitionSpec as P
@@ -155,12 +148,33 @@ def exported_reference(exported: Any) -> tuple[Any, list[Any]]:
     if len(jax.devices()) < count:
         mpi.check_size(count, f"the module {exported.fun_name} (exported for {count} "
                        "devices)")
-    mesh = Mesh(np.array(jax.devices()[:count]), ("devices",))
-    whole = NamedSharding(mesh, P())
-    ins = [s or whole for s in exported.in_shardings_jax(mesh)]
-    outs = [s or whole for s in exported.out_shardings_jax(mesh)]
-    arguments = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s)
-                 for a, s in zip(exported.in_avals, ins)]
+    devices = np.array(jax.devices()[:count])
+    # with a mesh argument of None, the exported NamedShardings on their abstract meshes
+    exported_ins = exported.in_shardings_jax(None)
+    exported_outs = exported.out_shardings_jax(None)
+    meshes = {}
+    for sharding in (*exported_ins, *exported_outs):
+        mesh = getattr(sharding, "mesh", None)
+        if mesh is None or mesh.empty or mesh in meshes:
+            continue
+        if int(np.prod(mesh.axis_sizes)) != count:
+            raise ArgumentError(f"the module {exported.fun_name} is exported for {count} "
+                                f"devices but shards over a mesh of {mesh.axis_sizes}")
+        meshes[mesh] = Mesh(devices.reshape(mesh.axis_sizes), mesh.axis_names,
+                            axis_types=mesh.axis_types)
+    whole = NamedSharding(next(iter(meshes.values()), None) or Mesh(devices, ("devices",)),
+                          P())
+
+    def concrete(sharding: Any) -> Any:
+        """An exported sharding on this process's devices (none: whole on every device)."""
+        mesh = getattr(sharding, "mesh", None)
+        if mesh is None or mesh.empty:
+            return whole
+        return NamedSharding(meshes[mesh], sharding.spec, memory_kind=sharding.memory_kind)
+
+    arguments = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=concrete(s))
+                 for a, s in zip(exported.in_avals, exported_ins)]
+    outs = [concrete(s) for s in exported_outs]
     return jax.jit(exported.call, out_shardings=jax.tree_util.tree_unflatten(
         exported.out_tree, outs)), arguments
 

@@ -393,6 +393,39 @@ def _names(symbols: Sequence[SymbolSource], renames: dict) -> dict[str, str]:
     return names
 
 
+def dimension_groups(module: ir.Module, entry: str | None = None) -> list[list[str]]:
+    """The entry function's symbolic dimensions, grouped where the module's shape checks
+    require them equal (JAX checks that every argument's ``b`` is the same ``b``); each
+    group's first name is the one a user knows: JAX's dimension variable where the module
+    names one, else the first dimension's."""
+    main = module.functions[entry] if entry else module.main
+    if not has_dynamic_types(main):
+        return []
+    try:
+        signature = refine(module, entry)[1]
+    except NeedsSpecialisation as exc:
+        signature = exc.signature
+    names = [s.name for s in signature.symbols]
+    group = {name: [name] for name in names}
+    for check in signature.checks:
+        condition = sympy.sympify(check.condition)
+        if isinstance(condition, sympy.Eq) and all(
+                isinstance(side, sympy.Symbol) and str(side) in group for side in condition.args):
+            first, second = (group[str(side)] for side in condition.args)
+            if first is not second:
+                first.extend(second)
+                for name in second:
+                    group[name] = first
+    groups = []
+    for name in names:
+        members = group[name]
+        if members not in groups:
+            groups.append(members)
+    generated = re.compile(r"arg\d+_dim\d+")
+    return [sorted(members, key=lambda n: (generated.fullmatch(n) is not None, names.index(n)))
+            for members in groups]
+
+
 def _renamed(module: ir.Module, mapping: dict) -> ir.Module:
     """``module`` with its symbols renamed in every type."""
     cache: dict[int, ir.Value] = {}

@@ -273,6 +273,73 @@ def test_malformed_text_is_parsed_as_text(tmp_path, form):
     assert info.value.context == "  garbage %0 = stablehlo.add\n  ^"
 
 
+def test_a_file_name_is_read_from_a_path_and_hinted_at_in_a_string(tmp_path):
+    path = tmp_path / "neg.mlir"
+    path.write_text(jax.jit(jnp.negative).lower(np.ones(3)).as_text())
+    np.testing.assert_array_equal(hlo2dace.compile_text(path)(np.arange(3.0)), -np.arange(3.0))
+    for name in (str(path), "model.mlir", "exports/model.bin"):
+        with pytest.raises(ParseError) as info:
+            hlo2dace.compile_text(name)
+        assert str(info.value) == (f"{name!r} is not StableHLO text; it looks like a file "
+                                   f"name: pass pathlib.Path({name!r}) to read the file")
+    with pytest.raises(ParseError, match="^invalid StableHLO text: custom op 'hello'"):
+        hlo2dace.compile_text("hello world")
+
+
+def _print_and_double(x):
+    jax.debug.print("x = {}", x)
+    return x * 2
+
+
+def _pure_callback(x):
+    return jax.pure_callback(np.sin, jax.ShapeDtypeStruct(x.shape, x.dtype), x)
+
+
+def _io_callback(x):
+    from jax.experimental import io_callback
+
+    return io_callback(np.sin, jax.ShapeDtypeStruct(x.shape, x.dtype), x)
+
+
+@pytest.mark.parametrize("fun, feature, advice", [
+    (_print_and_double, "host callback (jax.debug.print", "outside the compiled function"),
+    (_pure_callback, "jax.pure_callback", "outside the compiled function"),
+    (_io_callback, "io_callback", "outside the compiled function"),
+    (lambda x: jax.lax.approx_max_k(x, 2), "jax.lax.approx_max_k", "use jax.lax.top_k"),
+    (lambda x: jax.lax.approx_min_k(x, 2), "approx_min_k", "top_k (of -x for the smallest)"),
+])
+def test_jax_features_without_a_translation_are_named(fun, feature, advice):
+    """A JAX feature that lowers to a custom call hlo2dace does not compile: the message
+    names the feature, where it is used and what to do, in a few lines (not the 64
+    targets that are supported)."""
+    with pytest.raises(UnsupportedError) as info:
+        hlo2dace.jit(fun)(np.arange(4.0))
+    message = str(info.value)
+    assert feature in message and advice in message and "test_api.py:" in message, message
+    assert info.value.supported is None and len(message) < 600
+
+
+def test_approx_max_k_is_top_k_on_a_cpu():
+    """What the message about approx_max_k advises gives XLA's answer on a CPU."""
+    x = np.random.default_rng(0).standard_normal((3, 100))
+    for expected, actual in zip(jax.jit(lambda x: jax.lax.approx_max_k(x, 5))(x),
+                                hlo2dace.jit(lambda x: jax.lax.top_k(x, 5))(x)):
+        np.testing.assert_array_equal(actual, expected)
+
+
+@pytest.mark.parametrize("args, message", [
+    ((np.ones((3, 15)),), "argument 0 has shape (3, 15); the specification is (b, 16)"),
+    ((np.ones(3),), "argument 0 has shape (3,); the specification is (b, 16)"),
+    ((np.ones((3, 16)), np.ones(2)), "called with 2 argument(s); polymorphic_shapes gives 1 "
+                                     "specification(s)"),
+])
+def test_polymorphic_function_called_with_a_wrong_shape(args, message):
+    f = hlo2dace.jit(lambda x, *rest: x.sum(0), polymorphic_shapes=["(b, 16)"])
+    with pytest.raises(ArgumentError) as info:
+        f(*args)
+    assert str(info.value) == message
+
+
 def test_parse_error_has_line_and_column():
     text = "module {\n  func.func @main(%a: tensor<2xf32>) -> tensor<2xf32> {\n" \
            "    %0 = stablehlo.add %a, %missing : tensor<2xf32>\n" \

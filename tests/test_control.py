@@ -377,27 +377,42 @@ def test_case_out_of_range_takes_the_last_branch(index, branch):
 
 def test_counted_loops_become_dace_for_loops_updating_in_place():
     """A scan is a LoopRegion over a symbol, its stacked output is written one row per
-    iteration (a map over the row, not over the whole array), and the carried input that
-    the body only reads is not copied."""
+    iteration (a map over the row, not over the whole array), and the scanned input,
+    which the body only reads, is not copied: the loop reads the argument itself and no
+    array of its size exists beside the argument and the result."""
     from dace.sdfg.state import LoopRegion
 
     xs = sample(np.float64, (50, 3))
-    lowered = hlo2dace.jit(lambda xs: lax.scan(lambda c, x: (c + x, c * x), xs[0], xs),
-                           optimize="default").lower(xs)
-    sdfg = lowered.as_sdfg()
+
+    def f(xs):
+        return lax.scan(lambda c, x: (c + x, c * x), xs[0], xs)
+
+    assert_matches_jax(f, xs)
+    sdfg = hlo2dace.jit(f, optimize="default").lower(xs).as_sdfg()
     loops = [n for n in sdfg.all_control_flow_regions() if isinstance(n, LoopRegion)]
     assert len(loops) == 1 and loops[0].loop_variable
-    maps = [n for state in loops[0].all_control_flow_blocks()
-            if isinstance(state, dace.SDFGState) for n in state.nodes()
-            if isinstance(n, dace.nodes.MapEntry)]
-    assert all(int(n.map.range.num_elements()) < 50 * 3 for n in maps), maps
+    (argument,) = [name for name, a in sdfg.arrays.items()
+                   if not a.transient and not name.startswith("__return")]
+    (stacked,) = [name for name, a in sdfg.arrays.items()
+                  if name.startswith("__return") and tuple(a.shape) == (50, 3)]
+    assert [name for name, a in sdfg.arrays.items()
+            if a.transient and int(a.total_size) >= xs.size] == []
+    states = [s for s in loops[0].all_control_flow_blocks() if isinstance(s, dace.SDFGState)]
+    assert any(isinstance(n, dace.nodes.AccessNode) and n.data == argument
+               and state.out_degree(n) for state in states for n in state.nodes())
+    maps = _loop_maps(sdfg)
+    row_writes = [n for state in states for n in state.nodes()
+                  if isinstance(n, dace.nodes.MapExit)
+                  and any(e.data.data == stacked for e in state.out_edges(n))]
+    assert maps and row_writes, maps
+    assert all(int(n.map.range.num_elements()) < xs.size for n in maps), maps
+    assert all(int(n.map.range.num_elements()) == 3 for n in row_writes)
 
 
 def test_scatter_into_a_carried_array_updates_it_in_place():
     """``x.at[idx[i]].add(u[i])`` in a fori_loop: the loop body scatters into the carried
-    array itself; no map in the loop spans the whole array."""
-    from dace.sdfg.state import LoopRegion
-
+    array itself, which is the result's: no other array of its size exists, the loop
+    writes no other, and no map in the loop spans it."""
     x = sample(np.float64, (400,))
     idx = np.random.default_rng(2).integers(0, 400, 30).astype(np.int32)
     u = sample(np.float64, (30,), seed=3)
@@ -407,10 +422,12 @@ def test_scatter_into_a_carried_array_updates_it_in_place():
 
     assert_matches_jax(f, x, idx, u)
     sdfg = hlo2dace.jit(f, optimize="default").lower(x, idx, u).as_sdfg()
-    (loop,) = [n for n in sdfg.all_control_flow_regions() if isinstance(n, LoopRegion)]
-    maps = [n for state in loop.all_control_flow_blocks() if isinstance(state, dace.SDFGState)
-            for n in state.nodes() if isinstance(n, dace.nodes.MapEntry)]
-    assert all(int(n.map.range.num_elements()) < 400 for n in maps), maps
+    assert [name for name, a in sdfg.arrays.items()
+            if a.transient and int(a.total_size) >= x.size] == []
+    written = {n.data for state, n in _loop_accesses(sdfg) if state.in_degree(n)
+               and int(sdfg.arrays[n.data].total_size) == x.size}
+    assert written == {"__return0"}
+    assert all(int(n.map.range.num_elements()) < 400 for n in _loop_maps(sdfg))
 
 
 def test_scan_over_a_view_reads_it_in_place():
@@ -500,14 +517,25 @@ def test_stencil_alternates_two_buffers(steps):
     assert "2" in loop.update_statement.as_string  # two iterations per trip
 
 
-def _loop_maps(sdfg):
-    """The maps inside the SDFG's loop regions."""
+def _loop_states(sdfg):
+    """The states inside the SDFG's loop regions."""
     from dace.sdfg.state import LoopRegion
 
     loops = [n for n in sdfg.all_control_flow_regions() if isinstance(n, LoopRegion)]
-    return [n for loop in loops for state in loop.all_control_flow_blocks()
-            if isinstance(state, dace.SDFGState) for n in state.nodes()
+    return [state for loop in loops for state in loop.all_control_flow_blocks()
+            if isinstance(state, dace.SDFGState)]
+
+
+def _loop_maps(sdfg):
+    """The maps inside the SDFG's loop regions."""
+    return [n for state in _loop_states(sdfg) for n in state.nodes()
             if isinstance(n, dace.nodes.MapEntry)]
+
+
+def _loop_accesses(sdfg):
+    """(state, access node) of every array access inside the SDFG's loop regions."""
+    return [(state, n) for state in _loop_states(sdfg) for n in state.nodes()
+            if isinstance(n, dace.nodes.AccessNode)]
 
 
 @pytest.mark.parametrize("steps", [0, 1, 3])
@@ -537,8 +565,8 @@ def test_stencils_update_carried_arrays_in_place(steps):
     assert_matches_jax(f, a, b, c, fict)
     sdfg = hlo2dace.jit(f, optimize="default").lower(a, b, c, fict).as_sdfg()
     maps = _loop_maps(sdfg)
-    assert all(int(n.map.range.num_elements()) < 24 * 26 for n in maps), maps
     assert bool(maps) == (steps > 0)  # no loop at all for no steps
+    assert all(int(n.map.range.num_elements()) < 24 * 26 for n in maps), maps
 
 
 @jax.jit

@@ -18,10 +18,12 @@ import hlo2dace
 from hlo2dace.errors import UnsupportedError
 from hlo2dace.translate import fft
 
-from util import assert_arrays_match, dtype_id
+from util import assert_arrays_match, dtype_id, needs
 
-pytestmark = pytest.mark.skipif(not fft.fftw_installed(),
-                                reason="FFTW (Debian's libfftw3-dev) not installed")
+
+@pytest.fixture(autouse=True)
+def _fftw():
+    needs(fft.fftw_installed(), "FFTW (Debian's libfftw3-dev)")
 
 COMPLEX = (np.complex64, np.complex128)
 REAL = (np.float32, np.float64)

@@ -25,7 +25,7 @@ from hlo2dace import blas_core
 from hlo2dace.errors import UnsupportedError
 from hlo2dace.machine import SMALL_PRODUCT, assumed, current_machine
 
-from util import assert_arrays_match, assert_matches_jax, dtype_id
+from util import assert_arrays_match, assert_matches_jax, blas_calls, dtype_id, needs
 from util import random_operand as operand
 
 PRODUCT_DTYPES = (np.float32, np.float64, np.complex64, np.complex128, np.int32, np.int64)
@@ -560,10 +560,20 @@ def test_skinny_products_share_out_their_long_side(dtype):
         return {"columns": x @ w, "columns_bt": x @ w.T.copy().T, "rows": w.T @ x.T,
                 "rows_at": (w.T.copy().T).T @ (x.T.copy()), "scaled": (2.0 * x) @ w}
 
-    code = "\n".join(t.code.as_string for t in _tasklets(f, x, w))
-    # two blocks of at least 512 where the program is built for two threads or more
-    blocks = code.count("for (int __part = 0; __part < 2; ++__part)")
-    assert blocks == (5 if current_machine().threads > 1 else 0), code
+    # what BLAS is asked: per product, one gemm of the 8 short rows or columns by the
+    # 600 deep sums per block of the 1,100 long side; two blocks (of at least 512) where
+    # the program is built for two threads or more; "scaled" with 2 as its alpha (a
+    # complex product is given the scaled matrix)
+    ((calls, _),) = blas_calls([(f, (x, w))])
+    parts = 2 if current_machine().threads > 1 else 1
+    assert {c.kind for c in calls} == {"gemm"} and len(calls) == 5 * parts, calls
+    assert all(c.sizes[2] == 600 and min(c.sizes[:2]) == 8 for c in calls), calls
+    long_sides = [max(c.sizes[:2]) for c in calls]
+    assert sum(long_sides) == 5 * 1100 and all(512 <= n for n in long_sides), long_sides
+    assert all(n < 1100 for n in long_sides) == (parts > 1)
+    scaled = 2 if np.dtype(dtype).kind == "f" else 1
+    assert sorted(c.alpha.real for c in calls) == [1] * 4 * parts + [scaled] * parts
+    assert all(c.alpha.imag == 0 for c in calls)
     rtol = 2e-4 if dtype == np.float32 else 1e-12
     assert_matches_jax(f, x, w, rtol=rtol, atol=rtol)
     compiled = hlo2dace.jit(f).lower(x, w).compile()
@@ -576,14 +586,59 @@ def test_skinny_products_share_out_their_long_side(dtype):
             assert np.array_equal(np.asarray(a), np.asarray(b))
 
 
+def _scaled_products(scale, a, b, c, x, v):
+    return {"lhs": scale * a @ b, "rhs": a @ (b * scale), "gemv": scale * c @ x,
+            "dot": scale * v @ v, "constant": 2.5 * a @ b}
+
+
+def test_scalar_factors_reach_blas_as_alpha():
+    """What BLAS receives for ``_scaled_products``, for each dtype and factor: a finite,
+    nonzero factor is the alpha of the gemm calls (lhs, rhs) and of the gemv, whose
+    operands are the arguments themselves (nothing wrote a scaled copy); a factor of 0,
+    inf or NaN scales a copy first (alpha 1, an operand that is no argument), as XLA's
+    ``(alpha * A) @ B`` differs there; the constant 2.5 is always an alpha; dot has no
+    alpha and reads the arguments (or, where the factor is not folded, a scaled copy of
+    one)."""
+    cases, factors = [], []
+    for dtype in (np.float32, np.float64):
+        a = operand(dtype, (60, 80))
+        b = operand(dtype, (80, 70), seed=1)
+        x = operand(dtype, (80,), seed=2)
+        v = operand(dtype, (5000,), seed=3)
+        c = operand(dtype, (60, 80), seed=4)
+        for alpha in (1.5, -0.25, 0.0, np.inf, np.nan):
+            cases.append((_scaled_products, (dtype(alpha), a, b, c, x, v)))
+            factors.append(alpha)
+    for (calls, (_, a, b, c, x, v)), alpha in zip(blas_calls(cases), factors):
+        folded = bool(np.isfinite(alpha)) and alpha != 0
+        gemms = [k for k in calls if k.kind == "gemm"]
+        (gemv,) = [k for k in calls if k.kind == "gemv"]
+        (dot,) = [k for k in calls if k.kind == "dot"]
+        assert len(gemms) == 3 and len(calls) == 5, calls
+        arguments = {a, b}
+        constant = [k for k in gemms if k.alpha == 2.5]
+        assert len(constant) == 1 and set(constant[0].operands[:2]) == arguments
+        scaled = [k for k in gemms if k is not constant[0]]
+        if folded:
+            assert all(k.alpha == alpha and set(k.operands[:2]) == arguments for k in scaled)
+            assert gemv.alpha == alpha and gemv.operands[:2] == (c, x)
+        else:  # one operand of each is a scaled copy
+            assert all(k.alpha == 1 and len(arguments & set(k.operands[:2])) == 1
+                       for k in scaled), scaled
+            assert gemv.alpha == 1 and gemv.operands[0] != c and gemv.operands[1] == x
+        assert dot.operands == (v, v, 0) if folded else \
+            dot.operands[0] != v and dot.operands[1:] == (v, 0)
+
+
 @pytest.mark.parametrize("alpha", [1.5, -0.25, 0.0, np.inf, np.nan],
                          ids=["1.5", "-0.25", "0", "inf", "nan"])
 @pytest.mark.parametrize("dtype", (np.float32, np.float64), ids=dtype_id)
 def test_scalar_factors_become_blas_alpha(dtype, alpha):
     """``alpha * A @ B``, ``A @ (B * alpha)``, ``alpha * A @ x`` and a constant's product:
-    the BLAS call scales its sum (alpha), and nothing writes the scaled matrix. An alpha of
+    the BLAS call scales its sum (alpha), and reads the matrix where it lies. An alpha of
     0, inf or NaN scales a copy first, as XLA computes ``(alpha * A) @ B``: 0 * inf is NaN,
-    and OpenBLAS would skip a product whose alpha is 0."""
+    and OpenBLAS would skip a product whose alpha is 0. XLA's results, with NaN and
+    infinities among the operands."""
     a = operand(dtype, (60, 80))
     a[3, 4], a[5] = np.inf, 0  # NaN where 0 * inf, inf * 0
     b = operand(dtype, (80, 70), seed=1)
@@ -592,13 +647,7 @@ def test_scalar_factors_become_blas_alpha(dtype, alpha):
     c = operand(dtype, (60, 80), seed=4)
     scale = dtype(alpha)
 
-    def f(scale, a, b, c, x, v):
-        return {"lhs": scale * a @ b, "rhs": a @ (b * scale), "gemv": scale * c @ x,
-                "dot": scale * v @ v, "constant": 2.5 * a @ b}
-
-    code = "\n".join(t.code.as_string for t in _tasklets(f, scale, a, b, c, x, v))
-    assert code.count("__blas_alpha = __alpha;") == 4, code
-    assert "h2d::mul" not in code.replace("__scaled[__s] = h2d::mul", ""), code
+    f = _scaled_products  # what BLAS receives: test_scalar_factors_reach_blas_as_alpha
     rtol = {np.dtype(np.float32): 2e-4, np.dtype(np.float64): 1e-12}[np.dtype(dtype)]
     assert_matches_jax(f, scale, a, b, c, x, v, rtol=rtol, atol=rtol, signed_zeros=False)
     # the same factor as a constant of the program: folded where finite and not zero
@@ -839,8 +888,7 @@ def test_programs_run_openblas_kernels_of_the_cpus_instruction_set():
     set, even where the library does not know the CPU's model (Debian 12's OpenBLAS runs
     SSE3 kernels on an Emerald Rapids Xeon unaided, 5.8x slower), and the environment
     is left as it was; a user's ``OPENBLAS_CORETYPE`` is kept."""
-    if current_machine().blas != "OpenBLAS":
-        pytest.skip("OpenBLAS is not installed")
+    needs(current_machine().blas == "OpenBLAS", "OpenBLAS (Debian's libopenblas-dev)")
     env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
     ran = subprocess.run([sys.executable, "-c", PROBE_KERNELS], env=env, capture_output=True,
                          text=True, timeout=600)
@@ -855,7 +903,7 @@ def test_programs_run_openblas_kernels_of_the_cpus_instruction_set():
 
 
 #: two matrix-vector products of one matrix ``a`` (m x n) with vectors ``x``, ``z`` (n) and
-#: ``y`` (m), and whether they read it in one pass (``linalg._paired_matvecs``)
+#: ``y`` (m), and whether they read it in one pass (the ``pair_matvecs`` pass)
 MATRIX_VECTOR_PAIRS = {
     "chained (atax)": (lambda a, x, z, y: (a @ x) @ a, True),
     "independent (mvt)": (lambda a, x, z, y: (a @ x + 1.0, y @ a), True),
@@ -907,8 +955,8 @@ def _long_expression(a, b):
 
 #: a product of a vector with a matrix (m x n) that an elementwise expression of ``a``, ``b``
 #: computes, and what becomes of the matrix when it is large: computed block by block by
-#: the product (``linalg._computed_matvec``), written whole, or never written because
-#: BLAS's alpha scales a matrix that is written already (``linalg._scaled_operand``)
+#: the product (the ``blocked_gemv`` kernel), written whole, or never written because
+#: BLAS's alpha scales a matrix that is written already (``fold_scale_into_products``)
 COMPUTED_MATRICES = {
     "scaled sum (gesummv)": (lambda a, b, x, y: (1.5 * a + 1.2 * b) @ x, "blocked"),
     "rows weighted, a transcendental": (lambda a, b, x, y: y @ jnp.tanh(a - b), "blocked"),
@@ -924,9 +972,10 @@ COMPUTED_MATRICES = {
 
 
 def _computed_matrix_case(case, shape, dtype):
-    """The function, its arguments (NaN and infinities among them) and what became of
-    the matrix: "blocked" (a ``matvecs`` tasklet), "written" (an array of its size; the
-    buffer of the blocks is never that size for these shapes), or "folded" (neither)."""
+    """The function, its arguments (NaN and infinities among them) and whether the matrix
+    is written: an array of its size among the SDFG's (the buffer of the blocks is never
+    that size for these shapes). What BLAS reads instead is
+    ``test_what_blas_reads_of_a_computed_matrix``'s."""
     fun, _ = COMPUTED_MATRICES[case]
     m, n = shape
     args = [operand(dtype, s, seed) for s, seed in (((m, n), 1), ((m, n), 2), ((n,), 3),
@@ -934,12 +983,38 @@ def _computed_matrix_case(case, shape, dtype):
     args[0][m // 2, n // 3] = np.nan
     args[1][m // 3, :] = np.inf
     sdfg = hlo2dace.jit(fun).lower(*args).as_sdfg()
-    blocked = [t for t, _ in sdfg.all_nodes_recursive()
-               if isinstance(t, nodes.Tasklet) and t.label.startswith("matvecs")]
     written = [name for name, array in sdfg.arrays.items()
                if array.transient and tuple(array.shape) in ((m, n), (m * n,))]
-    assert not (blocked and written), (blocked, written)
-    return fun, args, "blocked" if blocked else "written" if written else "folded"
+    return fun, args, bool(written)
+
+
+def _gemv_reads(calls, arguments) -> tuple[list[int], set[int], bool]:
+    """The rows of each gemv call, the matrices they read, and whether one is an
+    argument."""
+    gemvs = [c for c in calls if c.kind == "gemv"]
+    matrices = {c.operands[0] for c in gemvs}
+    return [c.sizes[0] for c in gemvs], matrices, bool(matrices & set(arguments))
+
+
+def test_what_blas_reads_of_a_computed_matrix():
+    """For each computed matrix of 900 x 700 doubles: a blocked one reaches gemv a block
+    of rows at a time, all rows once, from buffers that are no argument; a written one
+    whole, from its array; a scalar times an argument is the argument itself with the
+    scalar as alpha."""
+    cases = {case: _computed_matrix_case(case, (900, 700), np.float64)
+             for case in sorted(COMPUTED_MATRICES)}
+    reads = blas_calls([(fun, args) for fun, args, _ in cases.values()])
+    for (case, (_, _, written)), (calls, arguments) in zip(cases.items(), reads):
+        rows, matrices, reads_an_argument = _gemv_reads(calls, arguments)
+        became = COMPUTED_MATRICES[case][1]
+        assert written == (became == "written"), case
+        if became == "blocked":
+            assert sum(rows) == 900 and max(rows) < 900 and not reads_an_argument, (case, calls)
+        elif became == "written":
+            assert rows == [900] and not reads_an_argument, (case, calls)
+        else:
+            (gemv,) = [c for c in calls if c.kind == "gemv"]
+            assert rows == [900] and matrices == {arguments[0]} and gemv.alpha == 2.5, calls
 
 
 def _assert_product_matches_jax(fun, args, dtype):
@@ -959,11 +1034,11 @@ def test_a_computed_matrix_times_a_vector_is_never_written(case, shape, dtype):
     reads while it is in L2, never written whole; NaN and infinities in its inputs
     propagate as in XLA's product. A small one (in the caches anyway), one that something
     else reads or that takes too many ops to recompute is written as before, and a scalar
-    times an argument goes to BLAS's alpha."""
-    fun, args, became = _computed_matrix_case(case, shape, dtype)
+    times an argument goes to BLAS's alpha (what gemv reads:
+    ``test_what_blas_reads_of_a_computed_matrix``)."""
+    fun, args, written = _computed_matrix_case(case, shape, dtype)
     large = args[0].nbytes >= current_machine().matvec_pass_bytes
-    expected = COMPUTED_MATRICES[case][1]
-    assert became == (expected if large else "written")
+    assert written == (COMPUTED_MATRICES[case][1] == "written" or not large)
     _assert_product_matches_jax(fun, args, dtype)
 
 
@@ -973,17 +1048,15 @@ def test_a_computed_matrix_shared_out_in_parts(case):
     """Built for three threads, the blocks of a computed matrix are three parts, each with
     its own buffer (and, where rows are weighted, its own partial sums): XLA's results on
     this machine's threads, the same bits on every call."""
-    three = dataclasses.replace(current_machine(), threads=3)
-    with assumed(three):
-        fun, args, became = _computed_matrix_case(case, (900, 700), np.float64)
-    assert became == "blocked"
-    code = next(t.code.as_string for t, _ in hlo2dace.jit(fun, machine=three).lower(*args)
-                .as_sdfg().all_nodes_recursive()
-                if isinstance(t, nodes.Tasklet) and t.label.startswith("matvecs"))
-    assert "__part < 3" in code
-    with assumed(three):
-        _assert_product_matches_jax(fun, args, np.float64)
-    compiled = hlo2dace.jit(fun, machine=three).lower(*args).compile()
+    fun, args, written = _computed_matrix_case(case, (900, 700), np.float64)
+    assert not written
+    # built for three threads (OMP_NUM_THREADS=3 in the child): gemv reads every row once
+    # from three buffers, one per part
+    ((calls, arguments),) = blas_calls([(fun, args)], threads=3)
+    rows, matrices, reads_an_argument = _gemv_reads(calls, arguments)
+    assert sum(rows) == 900 and len(matrices) == 3 and not reads_an_argument, calls
+    _assert_product_matches_jax(fun, args, np.float64)
+    compiled = hlo2dace.jit(fun).lower(*args).compile()
     first = np.asarray(compiled(*args))
     assert all(np.array_equal(first, np.asarray(compiled(*args)), equal_nan=True)
                for _ in range(4))

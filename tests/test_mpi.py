@@ -22,6 +22,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from util import needs
+
 HERE = Path(__file__).resolve().parent
 MPIRUN = shutil.which("mpirun")
 try:
@@ -29,10 +31,12 @@ try:
 except ImportError:
     mpi4py = None
 
-pytestmark = pytest.mark.skipif(
-    MPIRUN is None or mpi4py is None,
-    reason="needs OpenMPI (Debian: libopenmpi-dev openmpi-bin) and mpi4py; make test "
-           "installs them")
+
+
+@pytest.fixture(autouse=True)
+def _mpi():
+    needs(MPIRUN is not None and mpi4py is not None,
+          "OpenMPI (Debian's libopenmpi-dev, openmpi-bin) and mpi4py")
 
 #: the programs each job size runs (-n 2 runs a 2 x 1 grid for the 2-D ones)
 PROGRAMS = {
@@ -113,10 +117,13 @@ def interpret_job(ranks: int) -> dict[str, dict]:
     return {verdict["id"]: verdict for verdict in verdicts}
 
 
-@pytest.mark.parametrize("ranks", sorted({ranks for ranks, _ in _interpret_tests()}))
+@pytest.mark.parametrize("ranks", sorted({ranks for ranks, _ in _interpret_tests()}) or [None])
 def test_interpreter_run_parallel(ranks):
     """Every run_parallel test of ``ranks`` processes passes, except those of
     ``INTERPRET_FAILURES``, which must fail (strict: an entry goes when it passes)."""
+    if ranks is None:
+        pytest.skip(f"no StableHLO interpreter tests at {INTERPRET} (the shared conformance "
+                    "folder beside the checkout)")
     verdicts = interpret_job(ranks)
     expected = [test_id for size, test_id in _interpret_tests() if size == ranks]
     failing = {}
@@ -137,7 +144,8 @@ def test_every_run_parallel_test_is_found():
     use host transfers (infeed, outfeed, send/recv twice) or print for FileCheck
     (interpreter.print), and stay skipped in test_conformance.py with that reason."""
     if not INTERPRET.is_dir():
-        pytest.skip(f"no interpreter tests at {INTERPRET}")
+        pytest.skip(f"no StableHLO interpreter tests at {INTERPRET} (the shared conformance "
+                    "folder beside the checkout)")
     assert len(_interpret_tests()) == 33
 
 
@@ -257,3 +265,124 @@ def test_command_line_runs_and_compares_an_exported_sharded_module(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     with np.load(results) as data:
         np.testing.assert_array_equal(data["result_0"], [[11, 22, 33], [11, 22, 33]])
+
+
+#: modules exported the way jax.export's documentation shows for sharded arguments
+#: (``ShapeDtypeStruct(..., sharding=NamedSharding(mesh, spec))``, meshes from
+#: ``jax.make_mesh``): name -> the ranks it runs on
+SHARDED_EXPORTS = {
+    "shard_map_explicit_axes": 2,  # make_mesh's default axis types (Explicit)
+    "shard_map_auto_axes": 2,
+    "mesh_2x2_two_axis_names": 4,
+    "jit_in_and_out_shardings": 2,  # Auto axes, shardings given to jax.jit
+    "jit_out_shardings_explicit_axes": 2,  # shardings of the arguments, Explicit axes
+}
+EXPORT_SHARDED = """
+    import sys
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+    jax.config.update("jax_num_cpu_devices", 4)
+    folder = sys.argv[1]
+
+    def save(name, f, *specs):
+        with open(f"{folder}/{name}.bin", "wb") as file:
+            file.write(jax.export.export(f)(*specs).serialize())
+
+    def step(u, w):
+        return jnp.tanh(u @ w), jax.lax.psum(u.sum(), "x")
+
+    for name, kinds in (("shard_map_explicit_axes", {}),
+                        ("shard_map_auto_axes", {"axis_types": (AxisType.Auto,)})):
+        mesh = jax.make_mesh((2,), ("x",), devices=jax.devices()[:2], **kinds)
+        save(name, jax.jit(jax.shard_map(step, mesh=mesh, in_specs=(P("x"), P()),
+                                         out_specs=(P("x"), P()))),
+             jax.ShapeDtypeStruct((8, 4), jnp.float32, sharding=NamedSharding(mesh, P("x"))),
+             jax.ShapeDtypeStruct((4, 4), jnp.float32, sharding=NamedSharding(mesh, P())))
+
+    mesh = jax.make_mesh((2, 2), ("x", "y"))
+    save("mesh_2x2_two_axis_names",
+         jax.jit(jax.shard_map(lambda u: (jax.lax.psum(u, "x") * 2, jax.lax.pmax(u, ("x", "y"))),
+                               mesh=mesh, in_specs=P("x", "y"), out_specs=(P(None, "y"), P()))),
+         jax.ShapeDtypeStruct((4, 6), jnp.float32, sharding=NamedSharding(mesh, P("x", "y"))))
+
+    def product(a, b):
+        return jnp.sin(a) @ b, a.sum(0)
+
+    mesh = jax.make_mesh((2,), ("x",), devices=jax.devices()[:2], axis_types=(AxisType.Auto,))
+    rows, whole = NamedSharding(mesh, P("x")), NamedSharding(mesh, P())
+    save("jit_in_and_out_shardings",
+         jax.jit(product, in_shardings=(rows, whole), out_shardings=(rows, whole)),
+         jax.ShapeDtypeStruct((8, 4), jnp.float32), jax.ShapeDtypeStruct((4, 3), jnp.float32))
+    mesh = jax.make_mesh((2,), ("x",), devices=jax.devices()[:2])
+    rows, whole = NamedSharding(mesh, P("x")), NamedSharding(mesh, P())
+    save("jit_out_shardings_explicit_axes",
+         jax.jit(product, out_shardings=(rows, whole)),
+         jax.ShapeDtypeStruct((8, 4), jnp.float32, sharding=rows),
+         jax.ShapeDtypeStruct((4, 3), jnp.float32, sharding=whole))
+"""
+
+
+@pytest.fixture(scope="module")
+def sharded_exports(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("sharded_exports")
+    script = folder / "export.py"
+    script.write_text(textwrap.dedent(EXPORT_SHARDED))
+    env = dict(os.environ)
+    env.pop("XLA_FLAGS", None)
+    subprocess.run([sys.executable, str(script), str(folder)], check=True, timeout=300,
+                   env=env)
+    return folder
+
+
+@pytest.mark.parametrize("name", sorted(SHARDED_EXPORTS))
+def test_command_line_compares_modules_exported_with_shardings(sharded_exports, name):
+    """``compare --ranks N`` rebuilds the exported mesh (axis names, sizes and types) for
+    XLA's reference, and every output of the N-rank job matches it."""
+    ranks = SHARDED_EXPORTS[name]
+    done = subprocess.run([sys.executable, "-m", "hlo2dace.cli", "compare", "--ranks",
+                           str(ranks), str(sharded_exports / f"{name}.bin")],
+                          capture_output=True, text=True, timeout=JOB_TIMEOUT, cwd=HERE.parent)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    rows = [line for line in done.stdout.splitlines() if line[:1].isdigit()]
+    assert len(rows) == 2 and all(row.endswith(" OK") for row in rows), done.stdout
+
+
+def test_command_line_runs_a_module_exported_with_shardings(sharded_exports, tmp_path):
+    """``run --ranks 2`` of the shard_map exported over make_mesh's Explicit axes takes
+    global inputs and returns global results: those of the unsharded computation."""
+    rng = np.random.default_rng(1)
+    u, w = rng.standard_normal((8, 4), np.float32), rng.standard_normal((4, 4), np.float32)
+    np.savez(tmp_path / "in.npz", arg_0=u, arg_1=w)
+    done = subprocess.run([sys.executable, "-m", "hlo2dace.cli", "run", "--ranks", "2",
+                           str(sharded_exports / "shard_map_explicit_axes.bin"), "--inputs",
+                           str(tmp_path / "in.npz"), "-o", str(tmp_path / "out.npz")],
+                          capture_output=True, text=True, timeout=JOB_TIMEOUT, cwd=HERE.parent)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    with np.load(tmp_path / "out.npz") as out:
+        np.testing.assert_allclose(out["result_0"], np.tanh(u @ w), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(out["result_1"], u.sum(), rtol=1e-5)
+
+
+def test_a_per_device_module_run_on_the_wrong_number_of_ranks(tmp_path):
+    """A per-device module whose collectives name two processes, run with ``--ranks 3``:
+    one line of error naming the count to give, exit status 2 (not one traceback per
+    rank)."""
+    module = tmp_path / "sum.mlir"
+    module.write_text("""
+        func.func @main(%x: tensor<3xi64>) -> tensor<3xi64> {
+          %0 = "stablehlo.all_reduce"(%x) <{replica_groups = dense<[[0, 1]]>
+              : tensor<1x2xi64>}> ({
+          ^bb0(%a: tensor<i64>, %b: tensor<i64>):
+            %s = stablehlo.add %a, %b : tensor<i64>
+            stablehlo.return %s : tensor<i64>
+          }) : (tensor<3xi64>) -> tensor<3xi64>
+          return %0 : tensor<3xi64>
+        }""")
+    done = subprocess.run([sys.executable, "-m", "hlo2dace.cli", "run", "--ranks", "3",
+                           str(module)],
+                          capture_output=True, text=True, timeout=JOB_TIMEOUT, cwd=HERE.parent)
+    assert (done.returncode, done.stderr) == (
+        2, f"hlo2dace: error: {module} runs on 2 processes: run it with --ranks 2\n")
+

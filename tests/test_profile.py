@@ -98,3 +98,16 @@ def test_command_line(tmp_path, capsys):
     assert status == 0, out
     assert "XLA" in out and "by StableHLO op" in out and "tanh" in out
     assert (tmp_path / "report.html").is_file()
+
+
+def test_source_lines_of_a_text_module_name_its_file(tmp_path, capsys):
+    """Ops of a .mlir file written by hand are attributed to its lines, by file name (MLIR
+    names text it parses from a string ``-``)."""
+    path = tmp_path / "hand.mlir"
+    path.write_text("func.func @main(%x: tensor<64xf32>) -> tensor<64xf32> {\n"
+                    "  %0 = stablehlo.tanh %x : tensor<64xf32>\n"
+                    "  return %0 : tensor<64xf32>\n}\n")
+    assert cli.main(["profile", str(path), "--budget", "0.05", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "hand.mlir:2  %0 = stablehlo.tanh %x : tensor<64xf32>" in out, out
+    assert "-:2" not in out

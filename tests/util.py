@@ -2,14 +2,39 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import functools
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
 
 import jax
 import ml_dtypes
 import numpy as np
+import pytest
 
 import hlo2dace
 from hlo2dace.compare import ulp_distance
+
+#: set by ``make test``, which installs everything the suite needs (OpenMPI, mpi4py,
+#: OpenBLAS, LAPACK, FFTW, the console script): there, a missing piece fails its tests
+REQUIRE_ALL = os.environ.get("HLO2DACE_REQUIRE_ALL") == "1"
+
+
+def needs(available: bool, what: str) -> None:
+    """Skip the test, naming ``what`` it needs, unless ``available``; under ``make test``
+    (``REQUIRE_ALL``), which installs it, fail instead: a missing piece is an error of the
+    set-up, not a reason to check less."""
+    if available:
+        return
+    if REQUIRE_ALL:
+        pytest.fail(f"needs {what}, which make test installs (HLO2DACE_REQUIRE_ALL=1)")
+    pytest.skip(f"needs {what} (make test installs it)")
+
 
 FLOAT_DTYPES = (np.float16, ml_dtypes.bfloat16, np.float32, np.float64)
 SIGNED_DTYPES = (np.int8, np.int16, np.int32, np.int64)
@@ -141,3 +166,93 @@ def random_operand(dtype, shape, seed: int = 0, exact_16_bit: bool = False) -> n
     if dtype.kind == "c":
         values = values + 1j * rng.standard_normal(shape)
     return values.astype(dtype)
+
+
+# ------------------------------------------------------------ what BLAS receives
+
+BLAS_LOG_SOURCE = Path(__file__).with_name("blas_log.c")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class BlasCall:
+    """One call of a CBLAS routine: its name (``dgemm``...), transposes (gemm: of A and
+    B; gemv: of A), sizes (gemm: M, N, K; gemv: M, N; dot and axpy: N), alpha (1 for dot)
+    and the addresses of its operands (gemm: A, B, C; gemv: A, x, y; dot: x, y; axpy: x,
+    y; 0 for none)."""
+
+    routine: str
+    transposes: tuple[int, int]
+    sizes: tuple[int, ...]
+    alpha: complex
+    operands: tuple[int, ...]
+
+    @property
+    def kind(self) -> str:
+        return self.routine[1:]
+
+
+@functools.lru_cache(maxsize=1)
+def blas_log_library() -> Path:
+    """tests/blas_log.c built once per test process (the C compiler DaCe uses)."""
+    folder = Path(tempfile.mkdtemp(prefix="h2d-blas-log-"))
+    library = folder / "libblaslog.so"
+    subprocess.run(["cc", "-O1", "-shared", "-fPIC", "-o", str(library), str(BLAS_LOG_SOURCE),
+                    "-ldl"], check=True, capture_output=True, text=True)
+    return library
+
+
+_BLAS_CHILD = """
+import json, sys
+import numpy as np
+import hlo2dace
+texts, inputs, log = sys.argv[1], sys.argv[2], sys.argv[3]
+with open(texts) as file:
+    modules = json.load(file)
+addresses = []
+for k, text in enumerate(modules):
+    with np.load(f"{inputs}{k}.npz") as data:
+        args = [data[f"arg_{i}"] for i in range(len(data.files))]
+    compiled = hlo2dace.compile_text(text)
+    with open(log, "a") as file:
+        file.write(f"case {k}\\n")
+    compiled(*args)
+    addresses.append([a.ctypes.data for a in args])
+print(json.dumps(addresses))
+"""
+
+
+def blas_calls(cases: Sequence[tuple[Callable, Sequence[Any]]], threads: int | None = None
+               ) -> list[tuple[list[BlasCall], list[int]]]:
+    """Per ``(fun, args)``: the CBLAS calls of one call of ``hlo2dace.jit(fun)``'s program
+    on ``args``, and the addresses of the arguments it was given (NumPy arrays passed
+    without a copy), so that a test can say which operand BLAS read. The programs run in
+    one child process whose BLAS goes through tests/blas_log.c; ``threads``: the
+    ``OMP_NUM_THREADS`` it is built and run for."""
+    folder = Path(tempfile.mkdtemp(prefix="h2d-blas-calls-"))
+    texts = [hlo2dace.jit(fun).lower(*args).as_text() for fun, args in cases]
+    (folder / "modules.json").write_text(json.dumps(texts))
+    for k, (_, args) in enumerate(cases):
+        np.savez(folder / f"inputs{k}.npz", **{f"arg_{i}": np.asarray(a)
+                                               for i, a in enumerate(args)})
+    log = folder / "blas.log"
+    env = dict(os.environ, LD_PRELOAD=str(blas_log_library()), H2D_BLAS_LOG=str(log))
+    if threads is not None:
+        env["OMP_NUM_THREADS"] = str(threads)
+    done = subprocess.run([sys.executable, "-c", _BLAS_CHILD, str(folder / "modules.json"),
+                           str(folder / "inputs"), str(log)], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    addresses = json.loads(done.stdout.strip().splitlines()[-1])
+    calls: list[list[BlasCall]] = []
+    for line in log.read_text().splitlines():
+        if line.startswith("case "):
+            calls.append([])
+            continue
+        routine, ta, tb, *rest = line.split()
+        m, n, k, alpha, alpha_imag = rest[:5]
+        sizes = {"gemm": (m, n, k), "gemv": (m, n)}.get(routine[1:], (m,))
+        calls[-1].append(BlasCall(routine, (int(ta), int(tb)), tuple(int(s) for s in sizes),
+                                  complex(float(alpha), float(alpha_imag)),
+                                  tuple(0 if p == "(nil)" else int(p, 16) for p in rest[5:])))
+    return list(zip(calls, addresses))

@@ -82,16 +82,32 @@ def _mlir_error(exc: Exception, what: str, text: str = "") -> ParseError:
                       pointed_line(text, line, column))
 
 
-def _parse(ctx, source: str | bytes, what: str):
+def _parse(ctx, source: str | bytes, what: str, path: Path | None = None):
+    """``source`` parsed; text read from ``path`` is parsed from that file, so that the
+    locations of its ops (in errors, in a profile's source column) name it, not ``-``."""
     from jax.extend.mlir import ir
 
     try:
+        if path is not None:
+            return ir.Module.parseFile(str(path), context=ctx)
         return ir.Module.parse(source, context=ctx)
     except Exception as exc:  # MLIRError, or ValueError for undecodable bytes
         error = _mlir_error(exc, what, source if isinstance(source, str) else "")
         if _QUANT_TYPE.search(str(error)):
             raise _quantized(source, error) from None
+        if isinstance(source, str) and path is None and _looks_like_a_path(source):
+            raise ParseError(f"{source.strip()!r} is not StableHLO text; it looks like a "
+                             f"file name: pass pathlib.Path({source.strip()!r}) to read the "
+                             "file") from None
         raise error from None
+
+
+def _looks_like_a_path(text: str) -> bool:
+    """Text that names a file rather than holding a module: one line, no op in it."""
+    text = text.strip()
+    return "\n" not in text and "(" not in text and "{" not in text and (
+        Path(text).suffix in (".mlir", ".mlirbc", ".bc", ".bin", ".vhlo", ".exported")
+        or os.sep in text or Path(text).is_file())
 
 
 #: MLIR's complaint about a type of the ``quant`` dialect, which jaxlib does not register
@@ -121,14 +137,15 @@ def _quantized(source: str | bytes, error: ParseError) -> UnsupportedError:
          "them (stablehlo-opt --stablehlo-legalize-quant-to-math)"])
 
 
-def _from_bytes(ctx, data: bytes):
+def _from_bytes(ctx, data: bytes, path: Path | None = None):
+    """The module ``data`` holds (read from the file ``path``, if given)."""
     if data.startswith(MLIR_BYTECODE_MAGIC):
         # portable artifacts (VHLO; also what jax.export stores) are bytecode too; read in a
         # child process: damaged bytecode crashes jaxlib's readers (bytecode.py)
         return _parse(ctx, bytecode.generic_text(data), "MLIR bytecode")
     text = _text(data)
     if text is not None:  # malformed text gets the text parser's line and column
-        return _parse(ctx, text, "StableHLO text")
+        return _parse(ctx, text, "StableHLO text", path)
     from jax import export
 
     try:
@@ -200,7 +217,7 @@ def _to_mlir_module(ctx, source: Any):
     if isinstance(source, (bytes, bytearray, memoryview)):
         return _from_bytes(ctx, bytes(source))
     if isinstance(source, os.PathLike):
-        return _from_bytes(ctx, Path(source).read_bytes())
+        return _from_bytes(ctx, Path(source).read_bytes(), Path(source))
     if isinstance(source, str):
         return _parse(ctx, source, "StableHLO text")
     raise ParseError(

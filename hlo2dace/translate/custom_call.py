@@ -50,6 +50,31 @@ def supported_targets() -> list[str]:
     return sorted(_TARGETS)
 
 
+_HOST_CALLBACK = (
+    "a host callback (jax.debug.print, jax.debug.callback, jax.pure_callback or "
+    "io_callback), which runs Python code of the process that lowered the function: a "
+    "compiled program, cached on disk and shared between processes, cannot call it. Call "
+    "the Python function outside the compiled function instead, on its arguments or "
+    "results")
+#: custom call targets of JAX features hlo2dace does not compile: what they are and what
+#: to do instead
+JAX_FEATURE_TARGETS = {
+    "xla_ffi_python_cpu_callback": _HOST_CALLBACK,
+    "xla_python_cpu_callback": _HOST_CALLBACK,
+    "ApproxTopK": "jax.lax.approx_max_k or approx_min_k: use jax.lax.top_k (of -x for the "
+                  "smallest), which is what XLA computes for them on a CPU",
+}
+
+
+def summarised_targets() -> list[str]:
+    """The supported targets, LAPACK's kernels counted rather than named (the list in full
+    is in docs/ops.md)."""
+    lapack = [name for name in supported_targets() if name.startswith("lapack_")]
+    others = [name for name in supported_targets() if not name.startswith("lapack_")]
+    return [*others, f"{len(lapack)} LAPACK kernels (lapack_*_ffi, from jnp.linalg and "
+            "jax.scipy.linalg); docs/ops.md lists them all"]
+
+
 @dataclass(frozen=True)
 class CustomCall:
     """A custom call's decoded attributes."""
@@ -130,8 +155,10 @@ def custom_call(b: Builder, op: ir.Op) -> list[Binding]:
     bindings of the call's results, as op translators do."""
     name = op.attr("call_target_name")
     translate = _TARGETS.get(name)
+    if name in JAX_FEATURE_TARGETS:
+        raise b.unsupported(f"custom call target {name!r} is {JAX_FEATURE_TARGETS[name]}")
     if translate is None:
-        raise b.unsupported(f"custom call target {name!r}", supported_targets())
+        raise b.unsupported(f"custom call target {name!r}", summarised_targets())
     return translate(b, CustomCall.of(b, op))
 
 
