@@ -7,7 +7,7 @@ import statistics
 import textwrap
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import ml_dtypes
 import numpy as np
@@ -131,7 +131,10 @@ class CompareReport:
     outputs: tuple[OutputComparison, ...]
     xla_seconds: float
     dace_seconds: float
+    #: the first call's compilation: JAX's lowering, then the program built (True) or
+    #: loaded from the cache (False); None: not known
     compile_seconds: float = field(default=math.nan)
+    built: bool | None = None
 
     @property
     def speedup(self) -> float:
@@ -184,8 +187,10 @@ class CompareReport:
                      f"DaCe {self.dace_seconds * 1e3:.3f} ms "
                      f"(DaCe/XLA speed-up {self.speedup:.2f}x)")
         if not math.isnan(self.compile_seconds):
-            lines.append(f"hlo2dace first call (lower, translate, compile): "
-                         f"{self.compile_seconds:.2f} s")
+            how = {True: "lowered, translated and built: a C++ build",
+                   False: "lowered and loaded from the cache, not built",
+                   None: "lowered, then built or loaded"}[self.built]
+            lines.append(f"hlo2dace first call: {self.compile_seconds:.2f} s ({how})")
         return "\n".join(lines)
 
 
@@ -278,30 +283,86 @@ def median_seconds(call: Callable[..., Any], budget: float = 0.5, max_runs: int 
     return statistics.median(times)
 
 
-def compare(fun: Callable, *args: Any, timing_budget: float = 0.5, **kwargs: Any) -> CompareReport:
-    """Run ``jax.jit(fun)`` and ``hlo2dace.jit(fun)`` on the same inputs and compare every
-    output (shape, dtype, errors, a verdict against the dtype's tolerance: ``compare_arrays``)
-    and the median call time."""
+def median_pair(first: Callable[[], Any], second: Callable[[], Any], budget: float = 0.5,
+                max_runs: int = 200) -> tuple[float, float]:
+    """The median times of ``first()`` and ``second()``, called in turn the same number of
+    times (at least 5 each, until ``budget`` seconds have passed or ``max_runs`` each) after
+    one warm-up call of each: a burst of load from other processes falls on both, and
+    neither is measured over more calls than the other."""
+    first()
+    second()
+    times: tuple[list[float], list[float]] = ([], [])
+    deadline = time.perf_counter() + budget
+    while len(times[0]) < 5 or (time.perf_counter() < deadline and len(times[0]) < max_runs):
+        for call, kept in zip((first, second), times):
+            start = time.perf_counter()
+            call()
+            kept.append(time.perf_counter() - start)
+    return statistics.median(times[0]), statistics.median(times[1])
+
+
+def checked_placement(call: Callable[[], Any]) -> Callable[[], Any]:
+    """``call``, once run with JAX's host-to-device transfers disallowed: it then times a
+    call whose arguments are already on the device, as a ``jax.jit`` function's are in a
+    program that reuses its arrays (an array copied in each call would raise here)."""
     import jax
 
-    from .api import jit
+    with jax.transfer_guard_host_to_device("disallow"):
+        call()
+    return call
 
-    reference = jax.jit(fun)
-    ours = jit(fun)
+
+def place(args: tuple, kwargs: dict, static_argnums: Sequence[int] = (),
+          static_argnames: Sequence[str] = ()) -> tuple[list, dict]:
+    """The dynamic arguments as ``jax.Array``s on the CPU device (``jax.device_put``, once),
+    the static ones as they are: what both sides of a comparison are timed on."""
+    import jax
+
+    return ([a if i in static_argnums else jax.device_put(a) for i, a in enumerate(args)],
+            {k: v if k in static_argnames else jax.device_put(v) for k, v in kwargs.items()})
+
+
+def compare(fun: Callable, *args: Any, timing_budget: float = 0.5,
+            static_argnums: int | Sequence[int] = (), static_argnames: str | Sequence[str] = (),
+            rtol: float | None = None, atol: float = 0.0, optimize: str | None = None,
+            **kwargs: Any) -> CompareReport:
+    """Run ``jax.jit(fun)`` and ``hlo2dace.jit(fun)`` on the same inputs and compare every
+    output (shape, dtype, errors, a verdict against the dtype's tolerance or ``rtol`` and
+    ``atol``: ``compare_arrays``) and the median call time. ``args`` and the other
+    keyword arguments go to ``fun``, as ``jax.jit`` would take them: ``static_argnums``
+    and ``static_argnames`` as ``jax.jit``'s (an ``hlo2dace.jit`` function brings its own,
+    and its optimisation level). Both sides are timed as a program calls a ``jax.jit``
+    function on arrays it already holds: the arguments are put on the device once, before
+    the timed calls, and the two functions are called in turn (``median_pair``)."""
+    import jax
+
+    from .api import JitFunction, jit
+
+    if isinstance(fun, JitFunction):
+        static_argnums = static_argnums or fun.static_argnums
+        static_argnames = static_argnames or fun.static_argnames
+        optimize = optimize or fun.optimize
+        fun = fun.fun
+    static_argnums = (static_argnums,) if isinstance(static_argnums, int) \
+        else tuple(static_argnums)
+    static_argnames = (static_argnames,) if isinstance(static_argnames, str) \
+        else tuple(static_argnames)
+    statics = dict(static_argnums=static_argnums, static_argnames=static_argnames)
+    reference = jax.jit(fun, **statics)
+    ours = jit(fun, optimize=optimize, **statics)
     start = time.perf_counter()
-    actual = ours(*args, **kwargs)
+    compiled = ours.lower(*args, **kwargs).compile()
     compile_seconds = time.perf_counter() - start
+    built = compiled.built
+    actual = ours(*args, **kwargs)
     expected = reference(*args, **kwargs)
     expected_leaves = jax.tree_util.tree_leaves(expected)
     actual_leaves = jax.tree_util.tree_leaves(actual)
-    outputs = tuple(compare_arrays(i, e, a) for i, (e, a) in
+    outputs = tuple(compare_arrays(i, e, a, rtol, atol) for i, (e, a) in
                     enumerate(zip(expected_leaves, actual_leaves)))
-
-    def run_xla():
-        jax.block_until_ready(reference(*args, **kwargs))
-
-    def run_dace():
-        ours(*args, **kwargs)
-
-    return CompareReport(outputs, median_seconds(run_xla, timing_budget),
-                         median_seconds(run_dace, timing_budget), compile_seconds)
+    placed_args, placed_kwargs = place(args, kwargs, static_argnums, static_argnames)
+    xla_seconds, dace_seconds = median_pair(
+        checked_placement(lambda: jax.block_until_ready(reference(*placed_args,
+                                                                  **placed_kwargs))),
+        lambda: jax.block_until_ready(ours(*placed_args, **placed_kwargs)), timing_budget)
+    return CompareReport(outputs, xla_seconds, dace_seconds, compile_seconds, built)

@@ -36,7 +36,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from . import folders
-from .compare import median_seconds
+from .compare import checked_placement, median_pair, median_seconds, place
 from .translate.emitter import OP_COMMENT
 
 
@@ -294,11 +294,15 @@ def _read_reports(folder: Path) -> tuple[dict, dict, int]:
 def profile_lowered(lowered, arrays: Sequence[np.ndarray], name: str = "program",
                     budget: float = 1.0, xla: Callable[[], Any] | None = None) -> Profile:
     """Profile the module of ``lowered`` (an ``api.Lowered`` whose sizes are known) on
-    ``arrays``, its arguments in order; ``xla``: a call of XLA's program on them, timed
-    beside it."""
+    ``arrays``, its arguments in order; ``xla``: a call of XLA's program on arguments
+    already on its device, timed in turn with the program's own calls (``median_pair``)."""
     program = lowered.compile()
-    seconds = median_seconds(lambda: program.call_flat(arrays), budget / 2)
-    xla_seconds = median_seconds(xla, budget / 2) if xla is not None else None
+    if xla is not None:
+        seconds, xla_seconds = median_pair(lambda: program.call_flat(arrays),
+                                           checked_placement(xla), budget / 2)
+    else:
+        seconds, xla_seconds = median_seconds(lambda: program.call_flat(arrays),
+                                              budget / 2), None
     folder = folders.fresh_private_folder("hlo2dace-profile-")
     try:
         instrumented = []
@@ -364,8 +368,10 @@ def profile(fun: Callable, *args: Any, budget: float = 1.0, static_argnums=(),
     leaves = jax.tree_util.tree_leaves((dynamic_args, dynamic_kwargs))
     program = lowered.compile().program
     arrays = [as_array(leaf, spec) for leaf, spec in zip(leaves, program.arguments)]
+    placed_args, placed_kwargs = place(args, kwargs, ours.static_argnums, ours.static_argnames)
     return profile_lowered(lowered, arrays, getattr(fun, "__name__", "program"), budget,
-                           lambda: jax.block_until_ready(reference(*args, **kwargs)))
+                           lambda: jax.block_until_ready(reference(*placed_args,
+                                                                   **placed_kwargs)))
 
 
 # --------------------------------------------------------------------------- the viewer
