@@ -9,7 +9,16 @@ from .sharded import configure_devices
 
 configure_devices()  # in an MPI job: one JAX device per rank, before JAX's backend starts
 
-from .api import Compiled, JitFunction, Lowered, compile_text, jit, lower_text  # noqa: E402
+from .api import (  # noqa: E402
+    Compiled,
+    JitFunction,
+    JitLowered,
+    Lowered,
+    Traced,
+    compile_text,
+    jit,
+    lower_text,
+)
 from .compare import CompareReport, compare  # noqa: E402
 from .errors import (  # noqa: E402
     ArgumentError,
@@ -28,8 +37,8 @@ from . import interop  # noqa: E402,F401  isort: skip
 
 __all__ = [
     "ArgumentError", "CacheWarning", "Compiled", "CompareReport", "CompilationError",
-    "Hlo2DaceError", "JitFunction", "JobSizeError", "Lowered", "ParseError", "Profile",
-    "ProcessLocalArray", "UnsupportedError", "compare", "compile_text", "gather", "jit",
-    "lower_text", "make_array_from_process_local_data", "profile",
+    "Hlo2DaceError", "JitFunction", "JitLowered", "JobSizeError", "Lowered", "ParseError",
+    "Profile", "ProcessLocalArray", "Traced", "UnsupportedError", "compare", "compile_text",
+    "gather", "jit", "lower_text", "make_array_from_process_local_data", "profile",
 ]
 __version__ = "0.1.0"
