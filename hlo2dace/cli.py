@@ -270,6 +270,8 @@ def _compare(args) -> int:
     from .xla import XlaModule
 
     if args.ranks > 1:
+        if args.reference:
+            raise UsageError("--reference runs in one process: compare without --ranks")
         return _compare_ranks(args)
 
     lowered = _lowered(args, specialise=False)
@@ -279,9 +281,16 @@ def _compare(args) -> int:
     inputs = random_inputs(_concrete(lowered, args), args.seed)
     # XLA compiles the module at the concrete sizes; hlo2dace runs its symbolic program
     sizes = _sizes(args)
-    xla = XlaModule((lowered.specialised(lowered.argument_types(sizes)) if sizes
-                     else lowered).as_text())
+    text = (lowered.specialised(lowered.argument_types(sizes)) if sizes
+            else lowered).as_text()
+    xla = XlaModule(text)
     expected, actual = xla(*inputs), compiled.call_flat(inputs)
+    exact, reference = [None] * len(expected), None
+    if args.reference:
+        from .extended import describe, evaluate
+
+        exact = evaluate(text, inputs)
+        reference = describe([e.dtype for e in expected])
     placed = xla.place(inputs)
     # hlo2dace's results as hlo2dace.jit returns them, as XLA's are: jax.Arrays
     results = Results.of_arrays(actual)
@@ -289,9 +298,9 @@ def _compare(args) -> int:
         checked_placement(lambda: xla.execute(placed)),
         lambda: jax.block_until_ready(results.wrap(compiled.call_flat(placed))))
     report = CompareReport(
-        tuple(compare_arrays(i, e, a, args.rtol, args.atol)
-              for i, (e, a) in enumerate(zip(expected, actual))),
-        xla_seconds, dace_seconds, compile_seconds, compiled.built)
+        tuple(compare_arrays(i, e, a, args.rtol, args.atol, x)
+              for i, (e, a, x) in enumerate(zip(expected, actual, exact))),
+        xla_seconds, dace_seconds, compile_seconds, compiled.built, reference)
     print(report)
     return 0 if report.ok else 1
 
@@ -404,6 +413,11 @@ def main(argv=None) -> int:
                          "and 64-bit floats, 16 for narrower ones)")
     compare.add_argument("--atol", type=float, default=0.0,
                          help="absolute errors accepted as well (default 0)")
+    compare.add_argument("--reference", choices=["extended"], default=None,
+                         help="also compute a nearly exact answer (the module's ops evaluated "
+                         "by NumPy in float64 for 32-bit floats, in long double for float64) "
+                         "and show how far XLA's and DaCe's outputs are from it; an output "
+                         "that differs from XLA's but is as exact counts as OK")
     compare.add_argument("--ranks", **ranks)
     compare.set_defaults(handler=_compare)
     profile = commands.add_parser(

@@ -222,3 +222,63 @@ def test_paired_medians_call_both_as_often():
 
     first, second = median_pair(count("a"), count("b"), budget=0.01)
     assert calls["a"] == calls["b"] >= 6 and first >= 0 and second >= 0
+
+
+# ------------------------------------------------------- the nearly exact reference
+
+
+def _cancelling(x):
+    """``(log(1 + d) - d) / d^2``: about -1/2, computed with a cancellation that loses
+    log2(1/d) bits, which XLA and hlo2dace both lose."""
+    d = x * 1e-3
+    return (jnp.log(1 + d) - d) / (d * d)
+
+
+@pytest.fixture
+def cancelling_module(tmp_path):
+    """The module of ``_cancelling`` on the CLI's random inputs, those inputs, DaCe's
+    results and the reference's."""
+    from hlo2dace import cli, extended
+
+    (x,) = cli.random_inputs([jax.ShapeDtypeStruct((500,), np.float64)], seed=0)
+    path = tmp_path / "cancelling.mlir"
+    path.write_text(jax.jit(_cancelling).lower(x).as_text())
+    (exact,) = extended.evaluate(path.read_text(), [x])
+    dace = np.asarray(hlo2dace.compile_text(path.read_text())(x))
+    return path, dace, exact
+
+
+def test_the_reference_tells_a_formula_that_loses_digits_from_a_wrong_translation(
+        cancelling_module, capsys, monkeypatch):
+    """XLA's results made as far from the exact answer as DaCe's, on the other side: they
+    differ by twice the formula's error, far beyond the tolerance (DIFFERS, status 1);
+    with the reference, both are equally far (OK, status 0). XLA's results made exact:
+    DaCe is the one that is off (DIFFERS, with the reference too)."""
+    from hlo2dace import cli, xla
+
+    path, dace, exact = cancelling_module
+    mirrored = (2 * exact - dace.astype(np.longdouble)).astype(np.float64)
+    monkeypatch.setattr(xla.XlaModule, "__call__", lambda self, *a: [mirrored])
+    assert cli.main(["compare", str(path), "--no-progress"]) == 1
+    assert capsys.readouterr().out.splitlines()[2].endswith(" DIFFERS")
+    assert cli.main(["compare", str(path), "--no-progress", "--reference", "extended"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[2].endswith(" OK (as exact as XLA)"), out
+    assert "long double" in out and "the formula loses these digits" in out
+
+    monkeypatch.setattr(xla.XlaModule, "__call__", lambda self, *a: [exact.astype(np.float64)])
+    assert cli.main(["compare", str(path), "--no-progress", "--reference", "extended"]) == 1
+    out = capsys.readouterr().out
+    assert out.splitlines()[2].endswith(" DIFFERS") and "hlo2dace's error" in out, out
+
+
+def test_the_reference_through_python():
+    x = np.random.default_rng(2).standard_normal(200)
+    report = hlo2dace.compare(_cancelling, x, reference="extended", timing_budget=0.01)
+    (output,) = report.outputs
+    assert output.xla_from_exact > 1e-9 and output.dace_from_exact > 1e-9  # lost digits
+    assert output.as_exact_as_xla and report.ok
+    assert "distance from the exact answer" in str(report)
+    assert report.reference.startswith("the module's ops in long double")
+    with pytest.raises(hlo2dace.ArgumentError, match="reference='f128'"):
+        hlo2dace.compare(_cancelling, x, reference="f128")
