@@ -306,7 +306,7 @@ def _compare(args) -> int:
 
 
 def _profile(args) -> int:
-    """The profile's table on stdout; with ``--html``, the report with the SDFG."""
+    """The profile's table on stdout; with ``--html``, the report as one HTML page."""
     from .compare import keep_freed_memory
     from .profile import profile_lowered
     from .xla import XlaModule
@@ -434,7 +434,8 @@ def main(argv=None) -> int:
     profile.add_argument("--budget", type=float, default=2.0,
                          help="seconds of timed calls (default 2)")
     profile.add_argument("--top", type=int, default=25, help="rows per table (default 25)")
-    profile.add_argument("--html", help="also write an HTML report with the SDFG here")
+    profile.add_argument("--html", help="also write the report as one self-contained HTML "
+                         "page: bars of the time per op and line, the SDFG, the tables")
     profile.set_defaults(handler=_profile)
     test = commands.add_parser("test", help="run functions that use the check dialect")
     test.add_argument("files", nargs="+", help=".mlir files in the StableHLO interpreter's "
