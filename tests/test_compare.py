@@ -169,7 +169,8 @@ def test_the_command_line_and_python_time_a_module_alike(tmp_path, capsys):
     """The issue's example, ``log(a) + sqrt(a)`` on 256 floats: the CLI timed XLA at
     0.085 ms and ``hlo2dace.compare`` at 0.009 ms (a ``device_put`` in every timed call).
     Now both time the same calls on the same inputs: the medians agree within the noise of
-    a shared machine (the best of two runs each, within a factor of 3)."""
+    a shared machine (the best of two runs each, within a factor of 3), in ``compare`` and
+    in ``profile``."""
     from hlo2dace import cli
 
     (inputs,) = cli.random_inputs([jax.ShapeDtypeStruct((256,), np.float32)], seed=0)
@@ -181,6 +182,15 @@ def test_the_command_line_and_python_time_a_module_alike(tmp_path, capsys):
             ("XLA", min(r.xla_seconds for r in python), min(c[0] for c in command_line)),
             ("DaCe", min(r.dace_seconds for r in python), min(c[1] for c in command_line))):
         assert 1 / 3 < ours / theirs < 3, (side, ours, theirs)
+    # hlo2dace profile: XLA's time beside the program's, taken the same way
+    profiles = [hlo2dace.profile(_log_sqrt, inputs, budget=0.2).xla_seconds
+                for _ in range(2)]
+    shown = []
+    for _ in range(2):
+        cli.main(["profile", str(path), "--no-progress", "--budget", "0.2"])
+        found = re.search(r"XLA ([\d.]+) (us|ms)", capsys.readouterr().out)
+        shown.append(float(found.group(1)) * (1e-6 if found.group(2) == "us" else 1e-3))
+    assert 1 / 3 < min(profiles) / min(shown) < 3, (profiles, shown)
 
 
 def test_timed_calls_exclude_putting_the_arguments_on_the_device(tmp_path, capsys):
