@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 PYTEST_WORKERS ?= 2
 
 .PHONY: demo test lint docs bench libs clean
-NATIVE_PACKAGES := libopenblas-dev liblapacke-dev libfftw3-dev libopenmpi-dev openmpi-bin
+NATIVE_PACKAGES := libopenblas-dev liblapacke-dev libfftw3-dev libopenmpi-dev openmpi-bin chromium
 
 $(STAMP): pyproject.toml | libs  # OpenMPI first: mpi4py may build against it
 	test -x $(PY) || python3 -m venv $(VENV)

@@ -14,7 +14,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from . import ir, mpi, runtime, sharded, symbolic
+from . import costs, ir, mpi, runtime, sharded, symbolic
 from .arguments import (
     ARRAY_TYPES,
     LEAF_TYPES,
@@ -24,6 +24,7 @@ from .arguments import (
     as_array,
     data_types,
     inlining,
+    is_key,
     tensor_specs,
     traced,
 )
@@ -169,19 +170,33 @@ class Lowered:
         """The ``dace.SDFG`` the module translates to (before compilation)."""
         return self._translate()[0]
 
+    def cost_analysis(self) -> dict[str, Any]:
+        """``{"flops", "transcendentals", "bytes accessed"}`` of one call, as
+        ``jax.stages.Lowered.cost_analysis`` names them: the flops counted on the module's
+        ops, the bytes on the SDFG's memlets (``costs.py``). A count that depends on
+        symbolic sizes is None (flops) or an expression of them (bytes)."""
+        accessed = costs.bytes_accessed(self.as_sdfg())
+        if symbolic.has_dynamic_types(self.main):
+            flops = transcendentals = None
+        else:
+            flops, transcendentals = (float(n) for n in costs.flops(self.main))
+        return {"flops": flops, "transcendentals": transcendentals,
+                "bytes accessed": float(accessed) if isinstance(accessed, int) else accessed}
+
     def compile(self) -> Compiled:
         """Build (or load from the cache) the program. A module whose dynamic shapes
         cannot stay symbolic gives a program that compiles once per argument shape."""
         with stage("cache lookup") as lookup:
             program = runtime.lookup(self.key)
             lookup.note = "not found" if program is None else "found"
+        built = False
         if program is None:
             with collector_paused():
                 try:
                     sdfg, arguments, results, constants, signature, process_values = \
                         self._translate()
                 except symbolic.NeedsSpecialisation as reason:
-                    return Compiled(SpecialisingProgram(self, reason), self)
+                    return Compiled(SpecialisingProgram(self, reason), self, None)
                 symbols = [dataclasses.asdict(s) for s in signature.symbols] \
                     if signature else ()
                 checks = [dataclasses.asdict(c) for c in signature.checks] if signature else ()
@@ -193,7 +208,8 @@ class Lowered:
                     program = runtime.build(sdfg, self.key, arguments, results, constants,
                                             self.level.cpu_flags, symbols, checks,
                                             process_values, self.pipeline.code_passes)
-        return Compiled(program, self)
+                built = program.built  # False: another process built it meanwhile
+        return Compiled(program, self, built)
 
     def compile_uncached(self, folder, adjust: Callable[[Any], None]) -> Compiled:
         """Build a copy of the SDFG, changed by ``adjust`` (the profiler's timers), into
@@ -306,13 +322,22 @@ class SpecialisingProgram:
 
 
 class Compiled:
-    """A compiled module. ``Compiled(*arrays)`` takes NumPy arrays or ``jax.Array``s for
-    the ``main`` function's arguments and returns one NumPy array for a single result, a
+    """A compiled module, shaped like ``jax.stages.Compiled`` where the module came from a
+    Python function (``hlo2dace.jit(f).lower(...).compile()``; ``compile_text`` of a
+    ``jax.stages.Lowered`` or a ``jax.export.Exported``): called with the arguments of the
+    function (the static ones may be left out, as JAX's own ``Compiled`` requires), it
+    returns ``jax.Array``s in the function's output structure. A module given as text or
+    bytes has no Python signature: it is called with one array (NumPy or ``jax.Array``)
+    per argument of its entry function and returns one NumPy array for a single result, a
     tuple for several."""
 
-    def __init__(self, program: runtime.Program, lowered: Lowered | None = None):
+    def __init__(self, program: runtime.Program, lowered: Lowered | None = None,
+                 built: bool | None = None):
         self.program = program
         self.lowered = lowered
+        #: whether this compilation built the program (True) or found it in the cache
+        #: (False); None for a module compiled once per argument shape, when called
+        self.built = built
 
     @property
     def folder(self):
@@ -321,11 +346,125 @@ class Compiled:
         return self.program.folder
 
     def call_flat(self, arrays: Sequence[Any]) -> list[np.ndarray]:
+        """The program on one array per argument of its entry function; NumPy results."""
         return self.program(*arrays)
 
-    def __call__(self, *arrays: Any):
-        results = self.program(*arrays)
-        return results[0] if len(results) == 1 else tuple(results)
+    def __call__(self, *args: Any, **kwargs: Any):
+        lowered = self.lowered
+        if not isinstance(lowered, JitLowered):
+            if kwargs:
+                raise ArgumentError("a module compiled from text takes its arguments by "
+                                    "position (one array per argument of its entry "
+                                    "function)")
+            results = self.program(*args)
+            return results[0] if len(results) == 1 else tuple(results)
+        leaves = lowered.leaves(args, kwargs)
+        if lowered.partitioned is not None:
+            return self._call_sharded(leaves)
+        program = self.program
+        infos = lowered.leaf_infos()
+        if len(leaves) == len(program.arguments) == len(infos):
+            leaves = [_argument(leaf, spec, dtype, info) for leaf, spec, dtype, info in
+                      zip(leaves, program.arguments, program.argument_dtypes, infos)]
+        return lowered.results.wrap(program(*leaves))
+
+    def call_leaves(self, leaves: Sequence[Any]):
+        """The program on the leaves of the function's dynamic arguments; its results as
+        the function returns them."""
+        lowered = self.lowered
+        if lowered.partitioned is not None:
+            return self._call_sharded(leaves)
+        program = self.program
+        arrays = [leaf if type(leaf) in ARRAY_TYPES and leaf.dtype == dtype
+                  else as_array(leaf, spec)
+                  for leaf, spec, dtype in zip(leaves, program.arguments,
+                                               program.argument_dtypes)]
+        return lowered.results.wrap(program(*arrays))
+
+    def _call_sharded(self, leaves: Sequence[Any]):
+        """A call as one rank of an MPI job: this rank's shards in, its results out, as
+        process-local arrays or gathered (``sharded.py``)."""
+        partitioned, results = self.lowered.partitioned, self.lowered.results
+        local, stay_local = sharded.local_arguments(partitioned, leaves)
+        arrays = [as_array(leaf, spec) for leaf, spec in zip(local, self.program.arguments)]
+        outputs = sharded.results(partitioned, self.call_flat(arrays), stay_local)
+        if stay_local:
+            return results.unflatten(outputs)
+        return results.wrap(outputs)
+
+    # jax.stages.Compiled's description of the call
+    args_info = property(lambda self: self._signature().args_info)
+    in_tree = property(lambda self: self._signature().in_tree)
+    in_avals = property(lambda self: self._signature().in_avals)
+    out_tree = property(lambda self: self._signature().out_tree)
+    out_info = property(lambda self: self._signature().out_info)
+    donate_argnums = property(lambda self: self._signature().donate_argnums)
+
+    def _signature(self) -> JitLowered:
+        if not isinstance(self.lowered, JitLowered):
+            raise Hlo2DaceError("a module compiled from text has no Python signature; "
+                                "compile a function's lowering (hlo2dace.jit(f).lower(...), "
+                                "jax.jit(f).lower(...) or a jax.export.Exported) for one")
+        return self.lowered
+
+    def as_text(self) -> str | None:
+        """The C++ code DaCe generated for the program (``jax.stages.Compiled.as_text``
+        gives XLA's optimised HLO); None for a module compiled per argument shape."""
+        if self.program.folder is None:
+            return None
+        build = self.program.folder / "build"
+        files = [line.strip().split(",") for line in
+                 (build / "dace_files.csv").read_text().splitlines() if line.strip()]
+        return "\n".join((build / "src" / target / kind / name).read_text()
+                         for target, kind, name in files)
+
+    def cost_analysis(self) -> dict[str, Any] | None:
+        """``{"flops", "transcendentals", "bytes accessed"}`` of one call, as
+        ``jax.stages.Compiled.cost_analysis`` names them: the flops counted on the module's
+        ops, the bytes on the SDFG's memlets (``costs.py``; the SDFG is translated again);
+        None for a module compiled per argument shape."""
+        if self.lowered is None or self.program.folder is None:
+            return None
+        return self.lowered.cost_analysis()
+
+    def memory_analysis(self) -> costs.MemoryAnalysis | None:
+        """The bytes of the arguments, results, constants and transients and of the
+        library (``costs.MemoryAnalysis``, with the names of jaxlib's
+        ``CompiledMemoryStats``); None for a module compiled per argument shape."""
+        program = self.program
+        if self.lowered is None or program.folder is None:
+            return None
+
+        def total(specs):
+            sizes = [costs.array_bytes(spec.shape, spec.dtype) for spec in specs]
+            return sum(sizes) if all(isinstance(n, int) for n in sizes) else \
+                " + ".join(map(str, sizes))
+
+        sdfg, _, _, constants, _, _ = self.lowered._translate()
+        aliased = {j for _, j in program.in_place}
+        library = next((program.folder / "build" / "build").glob("lib*.so"), None)
+        return costs.MemoryAnalysis(
+            generated_code_size_in_bytes=library.stat().st_size if library else 0,
+            argument_size_in_bytes=total(program.arguments),
+            output_size_in_bytes=total(program.results),
+            alias_size_in_bytes=total([program.results[j] for j in sorted(aliased)]),
+            temp_size_in_bytes=costs.transient_bytes(sdfg),
+            constant_size_in_bytes=sum(int(np.asarray(c).nbytes) for c in constants.values()))
+
+
+def _argument(leaf: Any, spec: runtime.TensorSpec, dtype: np.dtype, info: Any) -> Any:
+    """A leaf of a ``Compiled`` call as the program takes it: converted as ``jax.jit``
+    converts it (a weakly typed Python scalar, a 64-bit array with x64 off, a typed PRNG
+    key), else as it is, for the program to read or to say why it cannot (as JAX's
+    ``Compiled``, a strongly typed argument of another dtype is an error)."""
+    kind = type(leaf)
+    if kind in ARRAY_TYPES:
+        return leaf if leaf.dtype == dtype else as_array(leaf, spec)
+    if kind in PYTHON_SCALARS:
+        return as_array(leaf, spec) if info is None or info._aval.weak_type else leaf
+    if is_key(getattr(leaf, "dtype", None)):
+        return as_array(leaf, spec)
+    return leaf
 
 
 def lower_text(source: Any, name: str = "program", entry: str | None = None,
@@ -334,18 +473,50 @@ def lower_text(source: Any, name: str = "program", entry: str | None = None,
     ``entry``: the function to compile (default: ``main``, or the only public function);
     ``optimize``: "none", "default" or "aggressive" (see ``hlo2dace.optimize``). A module
     exported for several devices is partitioned by XLA (``sharded.partition_exported``):
-    its program is one rank's of an MPI job."""
+    its program is one rank's of an MPI job. A ``jax.stages.Lowered`` or a
+    ``jax.export.Exported`` brings its function's signature: its ``Compiled`` takes the
+    function's arguments and returns its output structure."""
     exported = sharded.exported_for_devices(source)
     if exported is not None:
         partitioned = sharded.partition_exported(exported)
-        return Lowered(partitioned.normalized, name, entry, optimize, partitioned)
-    return Lowered(normalize(source), name, entry, optimize)
+        normalized = partitioned.normalized
+    else:
+        partitioned, normalized = None, normalize(source)
+    signature = _signature_of(source) if entry is None else None
+    if signature is not None:
+        return JitLowered(normalized, name, *signature, optimize=optimize,
+                          partitioned=partitioned)
+    return Lowered(normalized, name, entry, optimize, partitioned)
+
+
+def _signature_of(source: Any) -> tuple | None:
+    """(results, args_info, out_info) of a ``jax.stages.Lowered`` or
+    ``jax.export.Exported``; None for a source without a Python signature."""
+    import jax
+
+    if isinstance(source, jax.stages.Lowered):
+        out = jax.tree_util.tree_leaves(source.out_info)
+        shardings = [o.sharding for o in out]
+        return (Results(source.out_tree, [jax.core.ShapedArray(o.shape, o.dtype) for o in out],
+                        shardings=shardings if None not in shardings else None),
+                source.args_info, source.out_info)
+    if isinstance(source, jax.export.Exported):
+        args_info = jax.tree_util.tree_unflatten(source.in_tree, [
+            jax.stages.ArgInfo(aval, False) for aval in source.in_avals])
+        out_info = jax.tree_util.tree_unflatten(source.out_tree, [
+            jax.ShapeDtypeStruct(aval.shape, aval.dtype) for aval in source.out_avals])
+        symbolic_shapes = not all(isinstance(d, int) for aval in source.out_avals
+                                  for d in aval.shape)
+        return (Results(source.out_tree, source.out_avals, polymorphic=symbolic_shapes),
+                args_info, out_info)
+    return None
 
 
 def compile_text(source: Any, optimize: Options | str | None = None) -> Compiled:
     """Compile a StableHLO module (text in pretty or generic form, MLIR bytecode, a portable
     artifact, ``Exported.serialize()`` bytes, a ``jax.export.Exported`` or a
-    ``jax.stages.Lowered``) into a callable, at the optimisation level ``optimize``."""
+    ``jax.stages.Lowered``) into a callable, at the optimisation level ``optimize``
+    (``Compiled`` says how each is called)."""
     return lower_text(source, optimize=optimize).compile()
 
 
@@ -371,12 +542,15 @@ def handle_traced_calls(handler: Callable) -> None:
 
 
 class JitFunction:
-    """``hlo2dace.jit(f)``: calls ``f`` through StableHLO and DaCe-compiled code."""
+    """``hlo2dace.jit(f)``: calls ``f`` through StableHLO and DaCe-compiled code. Its
+    stages are JAX's: ``trace`` gives a ``Traced``, ``lower`` a ``JitLowered``, whose
+    ``compile`` gives a ``Compiled`` called as the function is."""
 
     def __init__(self, fun: Callable, static_argnums: Sequence[int] = (),
                  static_argnames: Sequence[str] = (), optimize: Options | str | None = None,
                  polymorphic_shapes: Any = None, donate_argnums: Sequence[int] = (),
-                 in_shardings: Any = None, out_shardings: Any = None):
+                 in_shardings: Any = None, out_shardings: Any = None,
+                 keep_unused: bool = False, inline: bool = False):
         import jax
 
         self.fun = fun
@@ -384,20 +558,25 @@ class JitFunction:
         self.donate_argnums = (donate_argnums,) if isinstance(donate_argnums, int) \
             else tuple(donate_argnums)
         #: the level, the passes switched off, the machine (``pipeline.Options``)
-        self._optimize = Options.of(optimize).resolved()
+        self.optimize = Options.of(optimize).resolved()
         #: ``jax.export``'s shape specifications of the positional arguments, or None
         self._polymorphic_shapes = polymorphic_shapes
         self._polymorphic: dict = {}
         self.static_argnums = tuple(sorted({static_argnums} if isinstance(static_argnums, int)
                                             else set(static_argnums)))
-        self._static_argnames = (static_argnames,) if isinstance(static_argnames, str) \
+        self.static_argnames = (static_argnames,) if isinstance(static_argnames, str) \
             else tuple(static_argnames)
+        #: as jax.jit's: JAX may drop arguments the function does not use, hlo2dace keeps
+        #: them all (an argument the program does not read costs it nothing)
+        self.keep_unused = keep_unused
         shardings = {key: value for key, value in (("in_shardings", in_shardings),
                                                    ("out_shardings", out_shardings))
                      if value is not None}
+        #: results take the shardings jax.jit gives them (``_result_shardings``)
+        self._sharded = bool(shardings)
         self._jitted = jax.jit(fun, static_argnums=self.static_argnums,
-                               static_argnames=self._static_argnames, keep_unused=True,
-                               **shardings)
+                               static_argnames=self.static_argnames, keep_unused=True,
+                               inline=inline, **shardings)
         self._cache: dict = {}
         self._lock = threading.Lock()
         #: in an MPI job, how arguments are sharded decides each rank's program; in one
@@ -407,12 +586,24 @@ class JitFunction:
         functools.update_wrapper(self, fun)
 
     def split_static(self, args, kwargs):
-        """The dynamic positional and keyword arguments, and the static ones as a key."""
+        """The dynamic positional and keyword arguments, and the static ones as a key
+        (ArgumentError for a static value that cannot be a key, as jax.jit's)."""
         dynamic_args = [a for i, a in enumerate(args) if i not in self.static_argnums]
         static_args = tuple((i, a) for i, a in enumerate(args) if i in self.static_argnums)
-        dynamic_kwargs = {k: v for k, v in kwargs.items() if k not in self._static_argnames}
+        dynamic_kwargs = {k: v for k, v in kwargs.items() if k not in self.static_argnames}
         static_kwargs = tuple(sorted((k, v) for k, v in kwargs.items()
-                                     if k in self._static_argnames))
+                                     if k in self.static_argnames))
+        for where, value in (*static_args, *static_kwargs):
+            try:
+                hash(value)
+            except TypeError:
+                name = getattr(self.fun, "__name__", "the function")
+                hint = (": it is traced by an enclosing JAX transformation; make it static "
+                        "there too (jax.jit(..., static_argnums=...))" if traced([value])
+                        else "")
+                raise ArgumentError(f"static argument {where!r} of `{name}` must be "
+                                    f"hashable, as jax.jit's are; got a "
+                                    f"{type(value).__name__}{hint}") from None
         return dynamic_args, dynamic_kwargs, (static_args, static_kwargs)
 
     def _signature(self, args, kwargs):
@@ -436,60 +627,78 @@ class JitFunction:
             avals += tuple(getattr(leaf, "sharding", None) for leaf in leaves)
         return (tree, avals, statics, bool(jax.config.jax_enable_x64)), leaves
 
+    def trace(self, *args, **kwargs) -> Traced:
+        """``jax.jit(f).trace``: the function traced at these arguments (hlo2dace.jit
+        functions it calls traced into it); ``Traced.lower`` lowers it for hlo2dace."""
+        statics = self.split_static(args, kwargs)[2]
+        args, kwargs = sharded.traceable((args, kwargs))
+        with inlining():
+            return Traced(self, self._jitted.trace(*args, **kwargs), statics)
+
+    def eval_shape(self, *args, **kwargs):
+        """``jax.jit(f).eval_shape``: the results' shapes and dtypes, nothing compiled."""
+        return self._jitted.eval_shape(*args, **kwargs)
+
+    def clear_cache(self) -> None:
+        """Forget the programs this function compiled and JAX's traces of it; the next
+        call compiles again (from the disk cache, where its program is)."""
+        with self._lock:
+            self._cache.clear()
+            self._polymorphic.clear()
+        self._jitted.clear_cache()
+
     def lower(self, *args, **kwargs) -> JitLowered:
         if self._polymorphic_shapes is not None:
             return self._lower_polymorphic(args, kwargs)
-        args, kwargs = sharded.traceable((args, kwargs))
-        # hlo2dace.jit functions that f calls join its program
-        with stage("JAX lowering"), inlining():
-            traced = self._jitted.trace(*args, **kwargs)
-            lowered = traced.lower()
+        with stage("JAX lowering"):  # tracing included
+            traced = self.trace(*args, **kwargs)
+            lowered = traced.jax_lowering()
+        return self.lowered_from(traced, lowered)
+
+    def lowered_from(self, traced: Traced, lowered) -> JitLowered:
+        """The ``JitLowered`` of JAX's lowering ``lowered`` of ``traced``."""
         name = getattr(self.fun, "__name__", "program")
-        results = Results(lowered.out_tree, traced.jaxpr.out_avals)
+        signature = dict(args_info=traced.args_info, out_info=lowered.out_info,
+                         statics=traced.statics, static_argnums=self.static_argnums,
+                         static_argnames=self.static_argnames, optimize=self.optimize)
         text = lowered.as_text()
         grid = sharded.processes(text)
         if grid != (1, 1) and sharded.runs_as_ranks(text):  # XLA's per-device program
             partitioned = sharded.partition(lowered, grid)
-            return JitLowered(partitioned.normalized, name, results, self._optimize,
-                              partitioned)
-        return JitLowered(normalize(lowered), name, results, self._optimize)
+            return JitLowered(partitioned.normalized, name,
+                              Results(lowered.out_tree, traced.jaxpr.out_avals),
+                              partitioned=partitioned, **signature)
+        shardings = self._result_shardings(lowered) if self._sharded else None
+        return JitLowered(normalize(lowered), name,
+                          Results(lowered.out_tree, traced.jaxpr.out_avals,
+                                  shardings=shardings), **signature)
+
+    @staticmethod
+    def _result_shardings(lowered) -> list:
+        """The results' shardings as jax.jit returns them: the ``out_shardings`` asked
+        for, else those XLA's compilation propagates from the ``in_shardings``."""
+        import jax
+
+        shardings = [o.sharding for o in jax.tree_util.tree_leaves(lowered.out_info)]
+        if None in shardings:
+            shardings = jax.tree_util.tree_leaves(lowered.compile().output_shardings)
+        return shardings
 
     def __call__(self, *args, **kwargs):
-
         key, leaves = self._signature(args, kwargs)
         if key[0] is not _FLAT and traced(leaves):  # inside a JAX transformation
             return _traced_call(self, args, kwargs)
-        entry = self._cache.get(key)
-        if entry is None:
+        compiled = self._cache.get(key)
+        if compiled is None:
             with self._lock:
-                entry = self._cache.get(key)
-                if entry is None:
-                    entry = self._cache[key] = self._compile(args, kwargs)
-        compiled, results = entry
-        program = compiled.program
-        if compiled.lowered is not None and compiled.lowered.partitioned is not None:
-            return self._call_sharded(compiled, results, leaves)
-        arrays = [leaf if type(leaf) in ARRAY_TYPES and leaf.dtype == dtype
-                  else as_array(leaf, spec)
-                  for leaf, spec, dtype in zip(leaves, program.arguments,
-                                               program.argument_dtypes)]
-        return results.wrap(program(*arrays))
+                compiled = self._cache.get(key)
+                if compiled is None:
+                    compiled = self._cache[key] = self._compile(args, kwargs)
+        return compiled.call_leaves(leaves)
 
-
-    def _call_sharded(self, compiled: Compiled, results: Results, leaves):
-        """A call as one rank of an MPI job: this rank's shards in, its results out, as
-        process-local arrays or gathered (``sharded.py``)."""
-        partitioned = compiled.lowered.partitioned
-        local, stay_local = sharded.local_arguments(partitioned, leaves)
-        arrays = [as_array(leaf, spec) for leaf, spec in zip(local, compiled.program.arguments)]
-        outputs = sharded.results(partitioned, compiled.call_flat(arrays), stay_local)
-        if stay_local:
-            return results.unflatten(outputs)
-        return results.wrap(outputs)
-
-    def _compile(self, args, kwargs):
-        """The compiled program and result builder for ``args``: with polymorphic shapes,
-        the one that serves every size of the marked dimensions."""
+    def _compile(self, args, kwargs) -> Compiled:
+        """The compiled program for ``args``: with polymorphic shapes, the one that serves
+        every size of the marked dimensions."""
         if self._polymorphic_shapes is None:
             lowered = self.lower(*args, **kwargs)
             if lowered.partitioned is not None:
@@ -497,20 +706,20 @@ class JitFunction:
                 mpi.check_size(size, f"`{getattr(self.fun, '__name__', 'the function')}`")
                 mpi.agree("the signature of a sharded call", repr(self._signature(
                     args, kwargs)[0]))
-                return mpi.once_per_machine(lowered.compile), lowered.results
-            return lowered.compile(), lowered.results
+                return mpi.once_per_machine(lowered.compile)
+            return lowered.compile()
         specs = self._symbolic_specs(args, kwargs)
         key = tuple((str(spec.shape), str(spec.dtype)) for spec in specs)
-        entry = self._polymorphic.get(key)
-        if entry is None:
-            lowered = self._lower_polymorphic(args, kwargs, specs)
-            entry = self._polymorphic[key] = (lowered.compile(), lowered.results)
-        return entry
+        compiled = self._polymorphic.get(key)
+        if compiled is None:
+            compiled = self._polymorphic[key] = \
+                self._lower_polymorphic(args, kwargs, specs).compile()
+        return compiled
 
     def _symbolic_specs(self, args, kwargs):
         import jax
 
-        if kwargs or self.static_argnums or self._static_argnames:
+        if kwargs or self.static_argnums or self.static_argnames:
             raise ArgumentError("polymorphic_shapes takes positional array arguments only "
                                 "(no keyword or static arguments)")
         try:
@@ -529,9 +738,40 @@ class JitFunction:
         with stage("JAX export"):
             exported = jax.export.export(self._jitted, platforms=["cpu"])(*specs)
         name = getattr(self.fun, "__name__", "program")
-        return JitLowered(normalize(exported), name,
-                          Results(exported.out_tree, exported.out_avals, polymorphic=True),
-                          self._optimize)
+        results, args_info, out_info = _signature_of(exported)
+        return JitLowered(normalize(exported), name, results, args_info=args_info,
+                          out_info=out_info, optimize=self.optimize)
+
+
+class Traced:
+    """``jax.stages.Traced`` of an ``hlo2dace.jit`` function: JAX's trace (its ``jaxpr``,
+    ``args_info``, ``out_info``...), whose ``lower`` gives hlo2dace's ``JitLowered``."""
+
+    def __init__(self, jitted: JitFunction, traced, statics: tuple):
+        self._jitted, self._traced = jitted, traced
+        #: the static arguments traced with: ((position, value), ...), ((name, value), ...)
+        self.statics = statics
+
+    jaxpr = property(lambda self: self._traced.jaxpr)
+    fun_name = property(lambda self: self._traced.fun_name)
+    args_info = property(lambda self: self._traced.args_info)
+    in_tree = property(lambda self: self._traced.in_tree)
+    in_avals = property(lambda self: self._traced.in_avals)
+    out_info = property(lambda self: self._traced.out_info)
+    out_avals = property(lambda self: self._traced.out_avals)
+    out_tree = property(lambda self: self._traced.out_tree)
+    donate_argnums = property(lambda self: self._traced.donate_argnums)
+
+    def lower(self) -> JitLowered:
+        with stage("JAX lowering"):
+            lowered = self.jax_lowering()
+        return self._jitted.lowered_from(self, lowered)
+
+    def jax_lowering(self):
+        """JAX's ``Lowered`` of the trace (hlo2dace.jit functions it calls lowered into
+        it: one program)."""
+        with inlining():
+            return self._traced.lower()
 
 
 def _polymorphic_mismatch(args, specifications) -> str | None:
@@ -562,20 +802,102 @@ def _polymorphic_mismatch(args, specifications) -> str | None:
 
 
 class JitLowered(Lowered):
-    """A lowering by ``hlo2dace.jit``: also knows how to rebuild the Python results."""
+    """A lowering of a Python function (``hlo2dace.jit``'s, or ``compile_text`` of a
+    ``jax.stages.Lowered`` or ``jax.export.Exported``), shaped like
+    ``jax.stages.Lowered``: it knows the function's arguments (``args_info``, ``in_tree``)
+    and results (``out_info``, ``out_tree``), so that its ``Compiled`` is called as the
+    function is and returns what it returns."""
 
     def __init__(self, normalized: NormalizedModule, name: str, results: Results,
+                 args_info: Any = None, out_info: Any = None, statics: tuple | None = None,
+                 static_argnums: Sequence[int] = (), static_argnames: Sequence[str] = (),
                  optimize: Options | str | None = None,
                  partitioned: sharded.Partitioned | None = None):
         super().__init__(normalized, name, optimize=optimize, partitioned=partitioned)
+        #: turns the program's NumPy results into what the function returns
         self.results = results
+        #: as jax.stages.Lowered's: the dynamic arguments' ``ArgInfo``s (pytree of
+        #: (args, kwargs)), and the results' ``ShapeDtypeStruct``s
+        self.args_info, self.out_info = args_info, out_info
+        #: the static arguments lowered with (``JitFunction.split_static``), or None
+        self.statics = statics
+        self.static_argnums, self.static_argnames = static_argnums, static_argnames
+
+    @property
+    def in_tree(self):
+        """The pytree of the dynamic arguments ``(args, kwargs)``."""
+        import jax
+
+        return jax.tree_util.tree_structure(self.args_info)
+
+    @property
+    def in_avals(self):
+        import jax
+
+        return jax.tree_util.tree_map(lambda info: info._aval, self.args_info)
+
+    @property
+    def out_tree(self):
+        return self.results.tree
+
+    @property
+    def donate_argnums(self) -> tuple[int, ...]:
+        import jax
+
+        return tuple(i for i, info in enumerate(jax.tree_util.tree_leaves(self.args_info))
+                     if info.donated)
+
+    def leaf_infos(self) -> list[Any]:
+        """The ``ArgInfo`` of each leaf of the dynamic arguments."""
+        import jax
+
+        return jax.tree_util.tree_leaves(self.args_info)
+
+    def leaves(self, args: tuple, kwargs: dict) -> list[Any]:
+        """The leaves of the dynamic arguments of a call with ``args`` and ``kwargs``: the
+        function's dynamic arguments (as ``jax.stages.Compiled`` takes them), or all of
+        them with the static ones it was lowered with. A function of arrays alone also
+        takes anything NumPy reads as an array (a nested list) in their places, the
+        program checking each. ArgumentError otherwise."""
+        import jax
+
+        leaves, tree = jax.tree_util.tree_flatten((tuple(args), kwargs))
+        if tree == self.in_tree:
+            return leaves
+        if self.statics is not None and (self.static_argnums or self.static_argnames):
+            dynamic_args = [a for i, a in enumerate(args) if i not in self.static_argnums]
+            dynamic_kwargs = {k: v for k, v in kwargs.items() if k not in self.static_argnames}
+            statics = (tuple((i, a) for i, a in enumerate(args) if i in self.static_argnums),
+                       tuple(sorted((k, v) for k, v in kwargs.items()
+                                    if k in self.static_argnames)))
+            leaves, tree = jax.tree_util.tree_flatten((tuple(dynamic_args), dynamic_kwargs))
+            if tree == self.in_tree:
+                if statics != self.statics:
+                    raise ArgumentError(f"compiled for the static arguments "
+                                        f"{_describe_statics(self.statics)}, called with "
+                                        f"{_describe_statics(statics)}: lower and compile "
+                                        "again for these (the jitted function does that)")
+                return leaves
+        if not kwargs and self.in_tree == jax.tree_util.tree_structure(
+                (tuple(self.leaf_infos()), {})):
+            return list(args)  # the program says what is wrong with them
+        raise ArgumentError(f"the arguments do not match those this program was compiled "
+                            f"for: expected (args, kwargs) structured as {self.in_tree}, got "
+                            f"{tree}")
+
+
+def _describe_statics(statics: tuple) -> str:
+    positional, named = statics
+    parts = [f"{i}: {v!r}" for i, v in positional] + [f"{k}={v!r}" for k, v in named]
+    return "(" + ", ".join(parts) + ")" if parts else "(none)"
 
 
 def jit(fun: Callable | None = None, *, static_argnums: Sequence[int] = (),
         static_argnames: Sequence[str] = (), optimize: str | None = None,
         polymorphic_shapes: Any = None, donate_argnums: Sequence[int] = (),
-        in_shardings: Any = None, out_shardings: Any = None,
-        disable_passes: Sequence[str] = (), machine: Machine | None = None):
+        in_shardings: Any = None, out_shardings: Any = None, keep_unused: bool = False,
+        inline: bool = False, disable_passes: Sequence[str] = (),
+        machine: Machine | None = None):
     """A drop-in for ``jax.jit`` whose compiled code is generated by DaCe. ``optimize``:
     "none", "default" or "aggressive" (see ``hlo2dace.optimize``; default:
     ``$HLO2DACE_OPTIMIZE``, else "default"). ``polymorphic_shapes``: the specifications
@@ -583,21 +905,26 @@ def jit(fun: Callable | None = None, *, static_argnums: Sequence[int] = (),
     program serves every size of the dimensions they name. ``donate_argnums``: inside
     ``jax.jit``, results may be written into these arguments' buffers where the program
     provably can (``interop.py``); a direct call leaves its arguments as they are.
-    ``in_shardings``/``out_shardings``: as ``jax.jit``'s; a program over a mesh of ``n``
-    devices runs as ``n`` MPI ranks (``sharded.py``, docs/distributed.md).
-    ``disable_passes``: passes of the pipeline not to run (``hlo2dace passes`` lists them);
-    ``machine``: the machine model to tune for (``hlo2dace.machine``; default: this one)."""
-    options = Options(optimize, tuple(disable_passes), machine)
+    ``in_shardings``/``out_shardings``: as ``jax.jit``'s, results carrying the shardings
+    ``jax.jit`` gives them; a program over a mesh of ``n`` devices runs as ``n`` MPI ranks
+    (``sharded.py``, docs/distributed.md). ``keep_unused`` and ``inline``: as
+    ``jax.jit``'s (hlo2dace keeps every argument, used or not; ``inline`` applies where
+    JAX traces the function into another, e.g. under ``jax.jit``). ``disable_passes``:
+    passes of the pipeline not to run (``hlo2dace passes`` lists them); ``machine``: the
+    machine model to tune for (``hlo2dace.machine``; default: this one)."""
     if fun is None:
         return functools.partial(jit, static_argnums=static_argnums,
                                  static_argnames=static_argnames, optimize=optimize,
                                  polymorphic_shapes=polymorphic_shapes,
                                  donate_argnums=donate_argnums, in_shardings=in_shardings,
-                                 out_shardings=out_shardings, disable_passes=disable_passes,
-                                 machine=machine)
-    return JitFunction(fun, static_argnums, static_argnames, options, polymorphic_shapes,
-                       donate_argnums, in_shardings, out_shardings)
+                                 out_shardings=out_shardings, keep_unused=keep_unused,
+                                 inline=inline, disable_passes=disable_passes, machine=machine)
+    return JitFunction(fun, static_argnums=static_argnums, static_argnames=static_argnames,
+                       optimize=Options(optimize, tuple(disable_passes), machine),
+                       polymorphic_shapes=polymorphic_shapes, donate_argnums=donate_argnums,
+                       in_shardings=in_shardings, out_shardings=out_shardings,
+                       keep_unused=keep_unused, inline=inline)
 
 
-__all__ = ["ArgumentError", "Compiled", "JitFunction", "Lowered", "compile_text", "jit",
-           "lower_text"]
+__all__ = ["ArgumentError", "Compiled", "JitFunction", "JitLowered", "Lowered", "Traced",
+           "compile_text", "jit", "lower_text"]

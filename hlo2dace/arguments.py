@@ -52,7 +52,8 @@ class Results:
     Each array is put on the CPU device by jaxlib's ``batched_device_put`` with the aval
     and sharding made here once: ``jax.device_put`` costs ten times as much per call."""
 
-    def __init__(self, tree, avals, polymorphic: bool = False):
+    def __init__(self, tree, avals, polymorphic: bool = False,
+                 shardings: Sequence[Any] | None = None):
         import jax
         from jax._src.lib import xla_client
         from jax.sharding import SingleDeviceSharding
@@ -61,6 +62,9 @@ class Results:
         self.polymorphic = polymorphic
         self.device = jax.devices("cpu")[0]
         self.sharding = SingleDeviceSharding(self.device)
+        #: per result, the sharding it is returned with (``in_shardings``/``out_shardings``:
+        #: jax.jit's), or None: all on the CPU device
+        self.shardings = list(shardings) if shardings is not None else None
         #: (key type, None) for a typed PRNG key, (None, None) for a dtype jaxlib's CPU
         #: buffers cannot hold (f6E2M3FN, f6E3M2FN: returned as NumPy arrays), else
         #: (None, aval)
@@ -76,11 +80,26 @@ class Results:
         self._wrap_key = lambda array, key_type: jax.random.wrap_key_data(
             jax.device_put(array), impl=key_type._impl)
 
+    @classmethod
+    def of_arrays(cls, arrays: Sequence[np.ndarray]) -> Results:
+        """For a module's flat results shaped like ``arrays``: a tuple of ``jax.Array``s,
+        as a ``jax.jit`` function of a module with several results returns them."""
+        import jax
+
+        return cls(jax.tree_util.tree_structure(tuple(arrays)),
+                   [jax.core.ShapedArray(a.shape, a.dtype) for a in arrays])
+
     def unflatten(self, leaves: Sequence[Any]):
         """``leaves`` as they are, in the results' pytree (process-local arrays)."""
         return self._unflatten(self.tree, list(leaves))
 
     def wrap(self, arrays: Sequence[np.ndarray]):
+        if self.shardings is not None:
+            return self._unflatten(self.tree, [
+                self._placed(array, aval, sharding) if aval is not None
+                else array if key_type is None else self._wrap_key(array, key_type)
+                for array, (key_type, aval), sharding in zip(arrays, self.leaves,
+                                                            self.shardings)])
         if self.polymorphic:  # the avals' symbolic sizes made concrete, once per shape
             return self._unflatten(self.tree, [
                 self._put(self._concrete(k, aval, array.shape), self.sharding, [array],
@@ -92,6 +111,17 @@ class Results:
                    else self._wrap_key(array, key_type)
                    for array, (key_type, aval) in zip(arrays, self.leaves)]
         return results[0] if self._one_leaf else self._unflatten(self.tree, results)
+
+    def _placed(self, array: np.ndarray, aval, sharding):
+        """``array`` as a ``jax.Array`` of ``sharding``: put on its one device, or cut into
+        the shards of its several (a copy: a sharded result of a program that ran whole)."""
+        import jax
+
+        devices = list(sharding.device_set)
+        if len(devices) == 1:
+            return self._put(aval.update(shape=array.shape), sharding, [array], devices,
+                             False, False)
+        return jax.device_put(array, sharding)
 
     def _concrete(self, k: int, aval, shape: tuple):
         concrete = self.concrete.get((k, shape))

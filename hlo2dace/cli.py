@@ -454,7 +454,7 @@ def _compare_ranks(args) -> int:
     import jax
 
     from . import sharded
-    from .compare import CompareReport, compare_arrays, median_seconds
+    from .compare import CompareReport, checked_placement, compare_arrays, median_seconds
 
     exported = sharded.exported_for_devices(Path(args.input))
     if exported is None:
@@ -485,20 +485,28 @@ def _compare_ranks(args) -> int:
             seconds, compile_seconds = float(data["__seconds"]), float(
                 data["__compile_seconds"])
     expected = [np.asarray(r) for r in jax.tree_util.tree_leaves(reference(*inputs))]
+    placed = [jax.device_put(x, a.sharding) for x, a in zip(inputs, arguments)]
     report = CompareReport(
         tuple(compare_arrays(i, e, a, args.rtol, args.atol)
               for i, (e, a) in enumerate(zip(expected, actual))),
-        median_seconds(lambda: jax.block_until_ready(reference(*inputs))), seconds,
-        compile_seconds)
+        median_seconds(checked_placement(lambda: jax.block_until_ready(reference(*placed)))),
+        seconds, compile_seconds)
     print(report)
     return 0 if report.ok else 1
 
 
 def _compare(args) -> int:
-    from .compare import CompareReport, compare_arrays, median_seconds
+    """XLA and hlo2dace on the same random inputs, timed as ``hlo2dace.compare`` times a
+    function: the inputs put on the device once, both called in turn on them."""
+    import jax
+
+    from .arguments import Results
+    from .compare import CompareReport, checked_placement, compare_arrays, median_pair
     from .xla import XlaModule
 
     if args.ranks > 1:
+        if args.reference:
+            raise UsageError("--reference runs in one process: compare without --ranks")
         return _compare_ranks(args)
 
     lowered = _lowered(args, specialise=False)
@@ -508,20 +516,32 @@ def _compare(args) -> int:
     inputs = random_inputs(_concrete(lowered, args), args.seed)
     # XLA compiles the module at the concrete sizes; hlo2dace runs its symbolic program
     sizes = args.sizes
-    xla = XlaModule((lowered.specialised(lowered.argument_types(sizes)) if sizes
-                     else lowered).as_text())
+    text = (lowered.specialised(lowered.argument_types(sizes)) if sizes
+            else lowered).as_text()
+    xla = XlaModule(text)
     expected, actual = xla(*inputs), compiled.call_flat(inputs)
+    exact, reference = [None] * len(expected), None
+    if args.reference:
+        from .extended import describe, evaluate
+
+        exact = evaluate(text, inputs)
+        reference = describe([e.dtype for e in expected])
+    placed = xla.place(inputs)
+    # hlo2dace's results as hlo2dace.jit returns them, as XLA's are: jax.Arrays
+    results = Results.of_arrays(actual)
+    xla_seconds, dace_seconds = median_pair(
+        checked_placement(lambda: xla.execute(placed)),
+        lambda: jax.block_until_ready(results.wrap(compiled.call_flat(placed))))
     report = CompareReport(
-        tuple(compare_arrays(i, e, a, args.rtol, args.atol)
-              for i, (e, a) in enumerate(zip(expected, actual))),
-        median_seconds(lambda: xla(*inputs)), median_seconds(lambda: compiled.call_flat(inputs)),
-        compile_seconds)
+        tuple(compare_arrays(i, e, a, args.rtol, args.atol, x)
+              for i, (e, a, x) in enumerate(zip(expected, actual, exact))),
+        xla_seconds, dace_seconds, compile_seconds, compiled.built, reference)
     print(report)
     return 0 if report.ok else 1
 
 
 def _profile(args) -> int:
-    """The profile's table on stdout; with ``--html``, the report with the SDFG."""
+    """The profile's table on stdout; with ``--html``, the report as one HTML page."""
     from .compare import keep_freed_memory
     from .profile import profile_lowered
     from .xla import XlaModule
@@ -533,8 +553,9 @@ def _profile(args) -> int:
     specs = _concrete(lowered, args)
     inputs = _load_inputs(args.inputs, specs) if args.inputs else random_inputs(specs, args.seed)
     xla = XlaModule(lowered.as_text())
+    placed = xla.place(inputs)
     report = profile_lowered(lowered, inputs, Path(args.input).stem, args.budget,
-                             lambda: xla(*inputs))
+                             lambda: xla.execute(placed))
     print(report.table(top=args.top))
     if args.html:
         print(f"wrote {report.write_html(args.html)}")
@@ -647,6 +668,11 @@ def main(argv=None) -> int:
                          "and 64-bit floats, 16 for narrower ones)")
     compare.add_argument("--atol", type=_number(float, 0), default=0.0,
                          help="absolute errors accepted as well (default 0)")
+    compare.add_argument("--reference", choices=["extended"], default=None,
+                         help="also compute a nearly exact answer (the module's ops evaluated "
+                         "by NumPy in float64 for 32-bit floats, in long double for float64) "
+                         "and show how far XLA's and DaCe's outputs are from it; an output "
+                         "that differs from XLA's but is as exact counts as OK")
     compare.add_argument("--ranks", **ranks)
     compare.add_argument("--disable", **disable)
     compare.set_defaults(handler=_compare)
@@ -666,7 +692,8 @@ def main(argv=None) -> int:
     profile.add_argument("--top", type=_number(int, 1), default=25,
                          help="rows per table (default 25)")
     profile.add_argument("--html", type=_output_file,
-                         help="also write an HTML report with the SDFG here")
+                         help="also write the report as one self-contained HTML page: bars "
+                         "of the time per op and line, the SDFG, the tables")
     profile.add_argument("--disable", **disable)
     profile.set_defaults(handler=_profile)
     test = commands.add_parser("test", help="run functions that use the check dialect")

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 import textwrap
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import ml_dtypes
 import numpy as np
+
+from .errors import ArgumentError
 
 
 def ulp_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -107,6 +110,10 @@ class OutputComparison:
     #: its index, XLA's value, DaCe's
     beyond_tolerance: int = 0
     worst: tuple | None = None
+    #: with a reference (``compare(..., reference="extended")``): XLA's and DaCe's
+    #: normwise distances from the nearly exact answer, max |. - exact| / max |exact|
+    xla_from_exact: float | None = None
+    dace_from_exact: float | None = None
 
     @property
     def shape_ok(self) -> bool:
@@ -117,13 +124,31 @@ class OutputComparison:
         return self.xla_dtype == self.dace_dtype
 
     @property
-    def ok(self) -> bool:
+    def within_tolerance(self) -> bool:
+        """DaCe's output within the tolerance of XLA's."""
         return (self.shape_ok and self.dtype_ok and self.max_abs_error is not None
                 and (self.normwise_error <= self.tolerance or self.max_abs_error <= self.atol))
 
     @property
+    def as_exact_as_xla(self) -> bool | None:
+        """With a reference: DaCe's output at most twice as far from the exact answer as
+        XLA's (and a few units of rounding, for an XLA that is exact); None without one."""
+        if self.dace_from_exact is None or self.xla_from_exact is None:
+            return None
+        slack = 4 * (_eps(np.dtype(self.xla_dtype)) or 0.0)
+        return self.shape_ok and self.dtype_ok and \
+            self.dace_from_exact <= 2 * self.xla_from_exact + slack
+
+    @property
+    def ok(self) -> bool:
+        """Within the tolerance of XLA's output, or, with a reference, as exact as it."""
+        return self.within_tolerance or bool(self.as_exact_as_xla)
+
+    @property
     def verdict(self) -> str:
-        return "OK" if self.ok else "DIFFERS"
+        if self.within_tolerance:
+            return "OK"
+        return "OK (as exact as XLA)" if self.ok else "DIFFERS"
 
 
 @dataclass(frozen=True)
@@ -131,7 +156,12 @@ class CompareReport:
     outputs: tuple[OutputComparison, ...]
     xla_seconds: float
     dace_seconds: float
+    #: the first call's compilation: JAX's lowering, then the program built (True) or
+    #: loaded from the cache (False); None: not known
     compile_seconds: float = field(default=math.nan)
+    built: bool | None = None
+    #: how the nearly exact answer was computed (``extended.describe``), or None
+    reference: str | None = None
 
     @property
     def speedup(self) -> float:
@@ -171,6 +201,27 @@ class CompareReport:
         lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip()
                  for row in rows]
         lines.insert(1, "  ".join("-" * w for w in widths))
+        if self.reference is not None:
+            lines += [""] + textwrap.wrap(
+                f"distance from the exact answer, max |. - exact| / max |exact|, where exact "
+                f"is {self.reference}:", 92)
+            rows = [("output", "XLA", "DaCe", "")]
+            for o in self.outputs:
+                if o.xla_from_exact is None:
+                    rows.append((str(o.index), "-", "-", ""))
+                    continue
+                if o.as_exact_as_xla and not o.within_tolerance:
+                    note = ("as exact as XLA: the formula loses these digits on both sides, "
+                            "not hlo2dace")
+                elif o.as_exact_as_xla:
+                    note = "as exact as XLA"
+                else:
+                    note = "DaCe farther from the exact answer than XLA: hlo2dace's error"
+                rows.append((str(o.index), f"{o.xla_from_exact:.3g}",
+                             f"{o.dace_from_exact:.3g}", note))
+            widths = [max(len(r[c]) for r in rows) for c in range(4)]
+            lines += ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip()
+                      for row in rows]
         for o in self.outputs:
             if o.beyond_tolerance:
                 where, expected, actual = o.worst
@@ -184,8 +235,10 @@ class CompareReport:
                      f"DaCe {self.dace_seconds * 1e3:.3f} ms "
                      f"(DaCe/XLA speed-up {self.speedup:.2f}x)")
         if not math.isnan(self.compile_seconds):
-            lines.append(f"hlo2dace first call (lower, translate, compile): "
-                         f"{self.compile_seconds:.2f} s")
+            how = {True: "lowered, translated and built: a C++ build",
+                   False: "lowered and loaded from the cache, not built",
+                   None: "lowered, then built or loaded"}[self.built]
+            lines.append(f"hlo2dace first call: {self.compile_seconds:.2f} s ({how})")
         return "\n".join(lines)
 
 
@@ -203,11 +256,19 @@ LEGEND = (
 
 
 def compare_arrays(index: int, expected: Any, actual: Any, rtol: float | None = None,
-                   atol: float = 0.0) -> OutputComparison:
+                   atol: float = 0.0, exact: np.ndarray | None = None) -> OutputComparison:
     """XLA's output ``expected`` against DaCe's ``actual``. ``rtol``: the normwise
     tolerance of a floating-point output (default: ``tolerance`` of its dtype); ``atol``:
-    absolute errors up to this are accepted too."""
+    absolute errors up to this are accepted too; ``exact``: the output computed in a
+    wider type (``extended.py``), from which both sides' distances are measured."""
     x, y = np.asarray(expected), np.asarray(actual)
+    if exact is not None and np.shape(exact) == x.shape:
+        from .extended import normwise_distance  # imports DaCe's types: only when asked
+
+        distances = dict(xla_from_exact=normwise_distance(x, exact),
+                         dace_from_exact=normwise_distance(y, exact)
+                         if y.shape == x.shape else math.inf)
+        return dataclasses.replace(compare_arrays(index, x, y, rtol, atol), **distances)
     floating = _eps(x.dtype) is not None
     limit = (rtol if rtol is not None else tolerance(x.dtype)) if floating else 0.0
     known = dict(index=index, xla_shape=tuple(x.shape), dace_shape=tuple(y.shape),
@@ -278,30 +339,108 @@ def median_seconds(call: Callable[..., Any], budget: float = 0.5, max_runs: int 
     return statistics.median(times)
 
 
-def compare(fun: Callable, *args: Any, timing_budget: float = 0.5, **kwargs: Any) -> CompareReport:
-    """Run ``jax.jit(fun)`` and ``hlo2dace.jit(fun)`` on the same inputs and compare every
-    output (shape, dtype, errors, a verdict against the dtype's tolerance: ``compare_arrays``)
-    and the median call time."""
+def median_pair(first: Callable[[], Any], second: Callable[[], Any], budget: float = 0.5,
+                max_runs: int = 200) -> tuple[float, float]:
+    """The median times of ``first()`` and ``second()``, called in turn the same number of
+    times (at least 5 each, until ``budget`` seconds have passed or ``max_runs`` each) after
+    one warm-up call of each: a burst of load from other processes falls on both, and
+    neither is measured over more calls than the other."""
+    first()
+    second()
+    times: tuple[list[float], list[float]] = ([], [])
+    deadline = time.perf_counter() + budget
+    while len(times[0]) < 5 or (time.perf_counter() < deadline and len(times[0]) < max_runs):
+        for call, kept in zip((first, second), times):
+            start = time.perf_counter()
+            call()
+            kept.append(time.perf_counter() - start)
+    return statistics.median(times[0]), statistics.median(times[1])
+
+
+def checked_placement(call: Callable[[], Any]) -> Callable[[], Any]:
+    """``call``, once run with JAX's host-to-device transfers disallowed: it then times a
+    call whose arguments are already on the device, as a ``jax.jit`` function's are in a
+    program that reuses its arrays (an array copied in each call would raise here)."""
     import jax
 
-    from .api import jit
+    with jax.transfer_guard_host_to_device("disallow"):
+        call()
+    return call
 
-    reference = jax.jit(fun)
-    ours = jit(fun)
+
+def place(args: tuple, kwargs: dict, static_argnums: Sequence[int] = (),
+          static_argnames: Sequence[str] = ()) -> tuple[list, dict]:
+    """The dynamic arguments as ``jax.Array``s on the CPU device (``jax.device_put``, once),
+    the static ones as they are: what both sides of a comparison are timed on."""
+    import jax
+
+    return ([a if i in static_argnums else jax.device_put(a) for i, a in enumerate(args)],
+            {k: v if k in static_argnames else jax.device_put(v) for k, v in kwargs.items()})
+
+
+def compare(fun: Callable, *args: Any, timing_budget: float = 0.5,
+            static_argnums: int | Sequence[int] = (), static_argnames: str | Sequence[str] = (),
+            rtol: float | None = None, atol: float = 0.0, optimize: str | None = None,
+            reference: str | None = None, **kwargs: Any) -> CompareReport:
+    """Run ``jax.jit(fun)`` and ``hlo2dace.jit(fun)`` on the same inputs and compare every
+    output (shape, dtype, errors, a verdict against the dtype's tolerance or ``rtol`` and
+    ``atol``: ``compare_arrays``) and the median call time. ``args`` and the other
+    keyword arguments go to ``fun``, as ``jax.jit`` would take them: ``static_argnums``
+    and ``static_argnames`` as ``jax.jit``'s (an ``hlo2dace.jit`` function brings its own,
+    and its optimisation level). Both sides are timed as a program calls a ``jax.jit``
+    function on arrays it already holds: the arguments are put on the device once, before
+    the timed calls, and the two functions are called in turn (``median_pair``).
+
+    ``reference="extended"`` also computes a nearly exact answer, the module's ops
+    evaluated in a wider type (``extended.py``: float64 for 32-bit floats, long double for
+    float64), and reports how far XLA's and DaCe's outputs are from it: an output that
+    differs from XLA's by more than the tolerance while DaCe is as near the exact answer as
+    XLA is ``OK (as exact as XLA)``: the formula, not the translation, loses those digits."""
+    import jax
+
+    from .api import JitFunction, jit
+    from .arguments import as_array
+
+    if reference not in (None, "extended"):
+        raise ArgumentError(f"reference={reference!r}: the reference is 'extended' (the "
+                            "module evaluated in a wider floating-point type) or None")
+
+    if isinstance(fun, JitFunction):
+        static_argnums = static_argnums or fun.static_argnums
+        static_argnames = static_argnames or fun.static_argnames
+        optimize = optimize or fun.optimize
+        fun = fun.fun
+    static_argnums = (static_argnums,) if isinstance(static_argnums, int) \
+        else tuple(static_argnums)
+    static_argnames = (static_argnames,) if isinstance(static_argnames, str) \
+        else tuple(static_argnames)
+    statics = dict(static_argnums=static_argnums, static_argnames=static_argnames)
+    reference = jax.jit(fun, **statics)
+    ours = jit(fun, optimize=optimize, **statics)
     start = time.perf_counter()
-    actual = ours(*args, **kwargs)
+    compiled = ours.lower(*args, **kwargs).compile()
     compile_seconds = time.perf_counter() - start
+    built = compiled.built
+    actual = ours(*args, **kwargs)
     expected = reference(*args, **kwargs)
     expected_leaves = jax.tree_util.tree_leaves(expected)
     actual_leaves = jax.tree_util.tree_leaves(actual)
-    outputs = tuple(compare_arrays(i, e, a) for i, (e, a) in
-                    enumerate(zip(expected_leaves, actual_leaves)))
+    exact, described = [None] * len(expected_leaves), None
+    if reference is not None:
+        from .extended import describe, evaluate
 
-    def run_xla():
-        jax.block_until_ready(reference(*args, **kwargs))
-
-    def run_dace():
-        ours(*args, **kwargs)
-
-    return CompareReport(outputs, median_seconds(run_xla, timing_budget),
-                         median_seconds(run_dace, timing_budget), compile_seconds)
+        dynamic_args, dynamic_kwargs, _ = ours.split_static(args, kwargs)
+        arrays = [as_array(leaf, spec) for leaf, spec in zip(
+            jax.tree_util.tree_leaves((dynamic_args, dynamic_kwargs)),
+            compiled.program.arguments)]
+        exact = evaluate(compiled.lowered.as_text(), arrays)
+        described = describe([np.asarray(e).dtype for e in expected_leaves])
+    outputs = tuple(compare_arrays(i, e, a, rtol, atol, x) for i, (e, a, x) in
+                    enumerate(zip(expected_leaves, actual_leaves, exact)))
+    placed_args, placed_kwargs = place(args, kwargs, static_argnums, static_argnames)
+    xla_seconds, dace_seconds = median_pair(
+        checked_placement(lambda: jax.block_until_ready(reference(*placed_args,
+                                                                  **placed_kwargs))),
+        lambda: jax.block_until_ready(ours(*placed_args, **placed_kwargs)), timing_budget)
+    return CompareReport(outputs, xla_seconds, dace_seconds, compile_seconds, built,
+                         described)

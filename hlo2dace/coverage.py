@@ -6,16 +6,41 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-#: where the ops that are not translated yet are planned (the project's issues)
-PLANNED = {
-    "indexing, sorting, random numbers, FFT, convolution (issue 5)": (
-        "rng", "map", "batch_norm_inference", "batch_norm_training", "batch_norm_grad"),
-    "dynamic shapes and exported models (issue 7)": (
-        "set_dimension_size", "infeed", "outfeed"),
-    "collectives (sharded programs, MPI)": (
-        "all_gather", "all_reduce", "all_to_all", "collective_broadcast", "collective_permute",
-        "reduce_scatter", "partition_id", "replica_id", "send", "recv"),
+_LEGACY = ("a legacy op that StableHLO keeps for compatibility and JAX does not emit; "
+           "write `stablehlo.dot_general` (what `jnp.dot`, `jnp.einsum` and `@` lower to)")
+_QUANTIZED = ("quantized types: jaxlib 0.10.2's MLIR has no quant dialect to read them; "
+              "compute in floats or integers")
+_NORMALISATION = ("JAX does not emit it (its normalisations lower to elementwise ops and "
+                  "reductions, which are supported)")
+#: the StableHLO ops hlo2dace does not translate: why, and what to use instead
+NOT_SUPPORTED = {
+    "stablehlo.async_start": "XLA's asynchronous operations, which JAX does not emit",
+    "stablehlo.async_done": "XLA's asynchronous operations, which JAX does not emit",
+    "stablehlo.batch_norm_grad": _NORMALISATION,
+    "stablehlo.batch_norm_inference": _NORMALISATION,
+    "stablehlo.batch_norm_training": _NORMALISATION,
+    "stablehlo.cross-replica-sum": "a legacy spelling of `stablehlo.all_reduce`, which is "
+                                   "supported",
+    "stablehlo.dot": _LEGACY,
+    "stablehlo.einsum": _LEGACY,
+    "stablehlo.unary_einsum": _LEGACY,
+    "stablehlo.torch_index_select": "a legacy op JAX does not emit; `stablehlo.gather` (what "
+                                    "JAX's indexing lowers to) is supported",
+    "stablehlo.infeed": "a device's input stream: pass the data as arguments",
+    "stablehlo.outfeed": "a device's output stream: return the data as results",
+    "stablehlo.send": "point-to-point transfers between hosts: sharded programs communicate "
+                      "through the collectives, which are supported (docs/distributed.md)",
+    "stablehlo.recv": "point-to-point transfers between hosts: sharded programs communicate "
+                      "through the collectives, which are supported (docs/distributed.md)",
+    "stablehlo.set_dimension_size": "XLA's padded dynamic dimensions, which JAX does not "
+                                    "emit; shape-polymorphic modules (symbolic dimensions) "
+                                    "are supported",
+    "stablehlo.uniform_quantize": _QUANTIZED,
+    "stablehlo.uniform_dequantize": _QUANTIZED,
 }
+#: ops that end a region or a function: part of the op that holds them, not translated
+#: on their own
+TERMINATORS = ("func.return", "stablehlo.return")
 
 _STATIC_FORM = ("its static form, once its shape operand is a constant "
                 "(stablehlo-canonicalize-dynamism) or known from the argument shapes "
@@ -45,7 +70,6 @@ def render() -> str:
 
     supported = supported_ops()
     symbolic = set(symbolic_ops())
-    planned = {f"stablehlo.{op}": where for where, ops in PLANNED.items() for op in ops}
     lines = [
         "# Op coverage",
         "",
@@ -67,7 +91,9 @@ def render() -> str:
     lines += ["", "Rewritten by the frontend before translation (so supported too):", "",
               "| op | becomes |", "|---|---|"]
     lines += [f"| `{name}` | {becomes} |" for name, becomes in LEGALISED.items()]
-    lines += ["", "CHLO ops are legalised to StableHLO by `chlo-legalize-to-stablehlo` first."]
+    lines += ["", "CHLO ops are legalised to StableHLO by `chlo-legalize-to-stablehlo` first.",
+              "", "Terminators end a region or a function and are part of the op that holds "
+              "them: " + ", ".join(f"`{name}`" for name in TERMINATORS) + "."]
     lines += ["", f"Element types ({len(SUPPORTED_ELEMENTS)}; `!quant.uniform<...>` types do not "
               "parse in jaxlib 0.10.2's MLIR, which has no quant dialect):", "",
               "| type | NumPy dtype | stored as | computed in |", "|---|---|---|---|"]
@@ -88,10 +114,11 @@ def render() -> str:
               "`UnsupportedError` pointing here, or naming the JAX feature it comes from and "
               "what to use instead: host callbacks such as `jax.debug.print`, "
               "`jax.lax.approx_max_k`): " + ", ".join(f"`{t}`" for t in targets) + "."]
-    missing = [n for n in stablehlo_op_names() if n not in supported and n not in LEGALISED]
-    lines += ["", f"Not supported yet: {len(missing)} StableHLO ops.", "",
-              "| op | planned in |", "|---|---|"]
-    lines += [f"| `{name}` | {planned.get(name, 'not planned yet')} |" for name in missing]
+    missing = [n for n in stablehlo_op_names()
+               if n not in supported and n not in LEGALISED and n not in TERMINATORS]
+    lines += ["", f"Not supported: {len(missing)} StableHLO ops.", "",
+              "| op | why, and what to use |", "|---|---|"]
+    lines += [f"| `{name}` | {NOT_SUPPORTED[name]} |" for name in missing]
     return "\n".join(lines) + "\n"
 
 

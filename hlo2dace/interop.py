@@ -254,7 +254,7 @@ def _function_of(jitted: api.JitFunction, tree, statics, donated) -> Function:
             return fun(*args, **dynamic_kwargs, **dict(static_kwargs))
 
         name = getattr(fun, "__name__", "program")
-        function = Function(traced_function, name, jitted._optimize, donated)
+        function = Function(traced_function, name, jitted.optimize, donated)
         table[(tree, statics, donated)] = function
     return function
 

@@ -3,13 +3,17 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 
 class XlaModule:
-    """A module compiled by XLA, callable with NumPy arrays."""
+    """A module compiled by XLA. ``place`` puts arguments on XLA's device once and
+    ``execute`` runs the module on them, its results left on the device: what a call of a
+    ``jax.jit`` function does with arguments that are already ``jax.Array``s, and what
+    ``hlo2dace compare`` times. Calling the module with NumPy arrays does both and returns
+    NumPy arrays."""
 
     def __init__(self, text: str):
         import jax
@@ -23,12 +27,21 @@ class XlaModule:
                                                           xla_client.CompileOptions())
         self._jax = jax
 
-    def __call__(self, *arrays: np.ndarray) -> list[np.ndarray]:
-        # 64-bit arrays stay 64-bit whatever the process's jax_enable_x64 says
+    def place(self, arrays: Sequence[Any]) -> list[Any]:
+        """``arrays`` as ``jax.Array``s on XLA's device (64-bit arrays stay 64-bit whatever
+        the process's ``jax_enable_x64`` says): a host-to-device copy, made once."""
         with self._jax.enable_x64(True):
-            buffers = [self._jax.device_put(np.asarray(a), self._device) for a in arrays]
-        results = self._executable.execute_sharded(buffers)
-        return [np.asarray(r[0]) for r in results.disassemble_into_single_device_arrays()]
+            return [self._jax.device_put(np.asarray(a), self._device) for a in arrays]
+
+    def execute(self, placed: Sequence[Any]) -> list[Any]:
+        """The module run on arguments made by ``place``; its results as ``jax.Array``s,
+        ready (no copy to the host)."""
+        results = self._executable.execute_sharded(list(placed))
+        return self._jax.block_until_ready(
+            [r[0] for r in results.disassemble_into_single_device_arrays()])
+
+    def __call__(self, *arrays: np.ndarray) -> list[np.ndarray]:
+        return [np.asarray(r) for r in self.execute(self.place(arrays))]
 
 
 def run_module(text: str, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:

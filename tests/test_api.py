@@ -208,7 +208,7 @@ def test_lowered_stages(seed_args):
     compiled = lowered.compile()
     assert isinstance(compiled, hlo2dace.Compiled)
     result = compiled(*seed_args)
-    assert isinstance(result, np.ndarray) and result.shape == (64, 16)
+    assert isinstance(result, jax.Array) and result.shape == (64, 16)
 
 
 def test_compile_text_from_every_source():
@@ -443,3 +443,174 @@ def test_calls_from_several_threads():
         results = list(pool.map(lambda x: np.asarray(f(x, w)), inputs))
     for x, result in zip(inputs, results):
         np.testing.assert_allclose(result, np.tanh(x @ w) * 2.0 + x, rtol=1e-12)
+
+
+# ------------------------------------------------------- stages shaped like jax.stages
+
+
+def _layer(params, x, n, *, scale):
+    h = jnp.tanh(x @ params["w"] + params["b"]) * n
+    return {"h": h, "stats": (h.sum() * scale, h.max())}
+
+
+def _layer_args():
+    rng = np.random.default_rng(7)
+    return ({"w": rng.standard_normal((6, 4)), "b": rng.standard_normal(4)},
+            rng.standard_normal((5, 6)))
+
+
+def _assert_same_tree(actual, expected):
+    assert jax.tree_util.tree_structure(actual) == jax.tree_util.tree_structure(expected)
+    for a, e in zip(jax.tree_util.tree_leaves(actual), jax.tree_util.tree_leaves(expected)):
+        assert isinstance(a, jax.Array) and a.dtype == e.dtype and a.shape == e.shape
+        np.testing.assert_allclose(np.asarray(a), np.asarray(e), rtol=1e-12, atol=1e-12)
+
+
+def test_compiled_is_called_as_the_jitted_function():
+    """``lower(...).compile()`` takes the function's pytree, its static arguments (or, as
+    ``jax.stages.Compiled``, none of them) and returns jax.Arrays in its structure."""
+    params, x = _layer_args()
+    options = dict(static_argnums=2, static_argnames="scale")
+    expected = jax.jit(_layer, **options)(params, x, 3, scale=0.5)
+    lowered = hlo2dace.jit(_layer, **options).lower(params, x, 3, scale=0.5)
+    jax_lowered = jax.jit(_layer, **options).lower(params, x, 3, scale=0.5)
+    assert lowered.in_tree == jax_lowered.in_tree and lowered.out_tree == jax_lowered.out_tree
+    assert lowered.out_info == jax.tree_util.tree_map(
+        lambda o: jax.ShapeDtypeStruct(o.shape, o.dtype), jax_lowered.out_info)
+    compiled = lowered.compile()
+    _assert_same_tree(compiled(params, x), expected)  # as jax.stages.Compiled
+    _assert_same_tree(compiled(params, x, 3, scale=0.5), expected)  # as the function
+    assert compiled.out_info == lowered.out_info and compiled.in_tree == lowered.in_tree
+    with pytest.raises(ArgumentError, match=r"compiled for the static arguments \(2: 3, "
+                                            r"scale=0.5\), called with \(2: 4, scale=0.5\)"):
+        compiled(params, x, 4, scale=0.5)
+    with pytest.raises(ArgumentError, match="do not match those this program was compiled"):
+        compiled(x, params)
+
+
+def test_compile_text_of_a_lowering_or_an_export_keeps_the_functions_structure(tmp_path):
+    params, x = _layer_args()
+    options = dict(static_argnums=2, static_argnames="scale")
+    jitted = jax.jit(_layer, **options)
+    expected = jitted(params, x, 3, scale=0.5)
+    lowered = jitted.lower(params, x, 3, scale=0.5)
+    _assert_same_tree(hlo2dace.compile_text(lowered)(params, x), expected)
+    exported = jax.export.export(jitted)(params, x, 3, scale=0.5)
+    _assert_same_tree(hlo2dace.compile_text(exported)(params, x), expected)
+    # text has no Python signature: one array per argument in, NumPy arrays out
+    flat = hlo2dace.compile_text(lowered.as_text())
+    outputs = flat(params["b"], params["w"], x)
+    assert isinstance(outputs, tuple) and all(isinstance(o, np.ndarray) for o in outputs)
+    with pytest.raises(hlo2dace.Hlo2DaceError, match="no Python signature"):
+        _ = flat.out_info
+
+
+def test_cost_analysis_counts_flops_as_xla_and_bytes_as_the_program_moves_them():
+    """Flops and transcendentals as XLA counts them (a product, a convolution, a
+    reduction, elementwise ops); the bytes are the fused program's: ``exp(x) * 2 + 1`` reads
+    x and writes its result once, where the ops one by one would move them three times."""
+    rng = np.random.default_rng(3)
+    cases = {
+        "layer": (lambda x, w, v: jnp.tanh(x @ w) @ v,
+                  (rng.standard_normal((16, 32)), rng.standard_normal((32, 8)),
+                   rng.standard_normal((8, 4)))),
+        "conv": (lambda a, k: jax.lax.conv_general_dilated(a, k, (1, 1), "VALID"),
+                 (rng.standard_normal((1, 2, 6, 6)), rng.standard_normal((3, 2, 3, 3)))),
+        "sum": (lambda a: jnp.exp(a).sum(axis=1), (rng.standard_normal((16, 32)),)),
+    }
+    for name, (fun, args) in cases.items():
+        ours = hlo2dace.jit(fun).lower(*args).compile().cost_analysis()
+        xla = jax.jit(fun).lower(*args).compile().cost_analysis()
+        assert ours["flops"] == xla["flops"] > 0, name
+        assert ours["transcendentals"] == xla.get("transcendentals", 0.0), name
+    x = rng.standard_normal(1000)
+    costs = hlo2dace.jit(lambda x: jnp.exp(x) * 2 + 1).lower(x).compile().cost_analysis()
+    assert costs == {"flops": 2000.0, "transcendentals": 1000.0,
+                     "bytes accessed": float(2 * x.nbytes)}
+
+
+def test_memory_analysis_and_the_generated_code():
+    """The arguments', results' and transients' bytes: ``tanh(x @ w) @ v`` keeps its
+    (16, 8) intermediate product in a transient; ``as_text`` is the C++ DaCe generated."""
+    rng = np.random.default_rng(4)
+    args = (rng.standard_normal((16, 32)), rng.standard_normal((32, 8)),
+            rng.standard_normal((8, 4)))
+    compiled = hlo2dace.jit(lambda x, w, v: jnp.tanh(x @ w) @ v).lower(*args).compile()
+    memory = compiled.memory_analysis()
+    assert memory.argument_size_in_bytes == sum(a.nbytes for a in args)
+    assert memory.output_size_in_bytes == 16 * 4 * 8
+    assert memory.temp_size_in_bytes >= 16 * 8 * 8 and memory.alias_size_in_bytes == 0
+    assert memory.generated_code_size_in_bytes > 0 and memory.constant_size_in_bytes == 0
+    text = compiled.as_text()
+    assert "DaCe AUTO-GENERATED" in text and "__program_h2d_" in text
+
+
+def test_eval_shape_trace_and_clear_cache():
+    traces = []
+
+    def f(x, n):
+        traces.append(1)
+        return jnp.sin(x) * n
+
+    x = np.linspace(0, 1, 5)
+    ours = hlo2dace.jit(f, static_argnums=1)
+    assert ours.eval_shape(x, 2) == jax.jit(f, static_argnums=1).eval_shape(x, 2)
+    traced = ours.trace(x, 2)
+    assert isinstance(traced, hlo2dace.Traced) and "sin" in str(traced.jaxpr)
+    assert traced.out_info == jax.ShapeDtypeStruct((5,), np.float64)
+    np.testing.assert_allclose(traced.lower().compile()(x), np.sin(x) * 2, rtol=1e-15)
+    ours(x, 2)
+    before = len(traces)
+    ours(x, 2)
+    assert len(traces) == before  # compiled once, then called
+    ours.clear_cache()
+    ours(x, 2)
+    assert len(traces) == before + 1  # traced (and compiled, from the disk cache) again
+
+
+def test_keep_unused_and_inline_are_jax_jits():
+    def f(x, unused):
+        return x * 2
+
+    x = np.arange(3.0)
+    for options in (dict(keep_unused=False), dict(keep_unused=True, inline=True)):
+        ours = hlo2dace.jit(f, **options)
+        np.testing.assert_array_equal(ours(x, np.ones(7)), x * 2)
+        np.testing.assert_array_equal(jax.jit(lambda x, g=ours: g(x, x) + 1)(x), x * 2 + 1)
+
+
+def test_shardings_outside_an_mpi_job_give_jax_jits_results():
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    mesh = jax.make_mesh((1,), ("x",))
+    rows, whole = NamedSharding(mesh, P("x")), NamedSharding(mesh, P())
+
+    def f(x):
+        return x * 2, x.sum()
+
+    x = np.arange(12.0).reshape(4, 3)
+    for options in (dict(in_shardings=rows), dict(out_shardings=(rows, whole)),
+                    dict(in_shardings=rows, out_shardings=(whole, whole))):
+        expected = jax.jit(f, **options)(x)
+        actual = hlo2dace.jit(f, **options)(x)
+        for a, e in zip(actual, expected):
+            assert a.sharding == e.sharding, options
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(e))
+
+
+def test_static_arguments_through_compare_and_under_jax_jit():
+    """``compare`` takes static arguments (an hlo2dace.jit function brings its own) and
+    keeps its own options from the function; a static argument that JAX traces gets one
+    message naming it, as jax.jit's does."""
+    def scaled(x, n):
+        return x * n
+
+    x = np.linspace(-1, 1, 6)
+    report = hlo2dace.compare(scaled, x, 3, static_argnums=1, rtol=1e-9, timing_budget=0.01)
+    assert report.ok and report.outputs[0].tolerance == 1e-9
+    jitted = hlo2dace.jit(scaled, static_argnums=1)
+    assert hlo2dace.compare(jitted, x, 3, timing_budget=0.01).ok
+    with pytest.raises(ArgumentError, match="static argument 1 of `scaled` must be "
+                                            "hashable.*traced by an enclosing JAX"):
+        jax.jit(jitted)(x, 3)

@@ -361,7 +361,7 @@ def test_repeated_layers_compute_the_same_bits_compiled_once(private_cache, monk
             assert all(code.count(f"{name}(") >= 4 for name in defined)  # called per layer
         else:
             assert "__h2d_repeat" not in code and "__h2d_shared" not in code
-        results[build] = np.asarray(compiled(x, *ws))
+        results[build] = np.asarray(compiled(x, ws))
     assert results[variant].tobytes() == results["plain"].tobytes()
     # XLA (Eigen) and OpenBLAS sum the products in other orders
     assert_arrays_match(jax.jit(repeated_layers)(x, ws), results[variant], rtol=1e-4,

@@ -1,6 +1,12 @@
 """docs/ops.md is generated from the registry; it must match what the registry says now."""
 
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 from hlo2dace import coverage
 from hlo2dace.translate import supported_ops
@@ -32,3 +38,41 @@ def test_registry_covers_the_foundation_ops():
         "dot_general"}
     missing = {f"stablehlo.{op}" for op in foundation} - set(supported_ops())
     assert not missing and "func.call" in supported_ops()
+
+
+def test_ops_table_is_a_users_document():
+    """Terminators are no unsupported ops; every op that is not supported says why and
+    what to use; no internal work items."""
+    text = (DOCS / "ops.md").read_text()
+    unsupported = text[text.index("Not supported"):]
+    assert "`stablehlo.return`" not in unsupported and "`stablehlo.return`" in text
+    for name in coverage.NOT_SUPPORTED:
+        assert f"| `{name}` |" in unsupported
+    assert not re.search(r"(?i)\bissue\b|planned|not planned", text)
+
+
+#: a Python block that is not meant to run as it stands says so, and why, on the line
+#: before it
+NOT_RUN = re.compile(r"<!-- not run: (.+?) -->\n$")
+EXAMPLES = [(path.name, k, code, NOT_RUN.search(text[:start]))
+            for path in [DOCS.parent / "README.md", *sorted(DOCS.glob("*.md"))]
+            for text in [path.read_text()]
+            for k, (start, code) in enumerate(
+                (m.start(), m.group(1)) for m in re.finditer(r"```python\n(.*?)```", text, re.S))]
+
+
+@pytest.mark.parametrize("name, k, code, marker", EXAMPLES,
+                         ids=[f"{name}:{k}" for name, k, _, _ in EXAMPLES])
+def test_every_python_example_runs_as_written(name, k, code, marker, tmp_path):
+    """Each Python block of README.md and docs/*.md, run as a script in a fresh process;
+    one that cannot run as it stands (an MPI job, an excerpt) carries the marker."""
+    if marker is not None:
+        assert marker.group(1).strip(), f"{name}: say why the example is not run"
+        compile(code, f"{name}:{k}", "exec")  # still valid Python
+        return
+    script = tmp_path / "example.py"
+    script.write_text(code)
+    env = dict(os.environ, PYTHONPATH=str(DOCS.parent))
+    result = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, f"{name}, example {k}:\n{result.stderr[-3000:]}"

@@ -94,11 +94,11 @@ def test_polymorphic_jit_matches_xla_at_every_size(name):
     for n in SIZES:
         x = rng.standard_normal((n, 5 if "n" not in spec else n + 2))
         _assert_close(compiled(x), jax.jit(fun)(x), rtol=1e-12, atol=1e-12)
-    programs = {id(entry[0].program) for entry in compiled._polymorphic.values()}
+    programs = {id(entry.program) for entry in compiled._polymorphic.values()}
     assert len(programs) == 1  # one program served every size
     (entry,) = compiled._polymorphic.values()
     expected = runtime.SymbolicProgram if name in POLYMORPHIC else SpecialisingProgram
-    assert isinstance(entry[0].program, expected)
+    assert isinstance(entry.program, expected)
 
 
 def _head(x, w1, w2):
@@ -117,7 +117,7 @@ def test_polymorphic_classifier_head_stays_symbolic():
         x = rng.standard_normal((n, 8))
         _assert_close(compiled(x, w1, w2), jax.jit(_head)(x, w1, w2), rtol=1e-10, atol=1e-10)
     (entry,) = compiled._polymorphic.values()
-    assert isinstance(entry[0].program, runtime.SymbolicProgram)
+    assert isinstance(entry.program, runtime.SymbolicProgram)
 
 
 def test_equal_dimensions_are_checked_at_call_time():
@@ -214,7 +214,7 @@ def test_symbolic_program_through_ctypes(monkeypatch):
         x = np.linspace(-1, 1, 2 * n).reshape(n, 2)
         _assert_close(compiled(x), np.cos(x) * 3 - 1, rtol=1e-14, atol=1e-14)
     (entry,) = compiled._polymorphic.values()
-    assert entry[0].program._native is None and entry[0].program._slots
+    assert entry.program._native is None and entry.program._slots
 
 
 def test_multi_platform_export_runs_its_cpu_variant():
