@@ -892,8 +892,18 @@ def _describe_statics(statics: tuple) -> str:
     return "(" + ", ".join(parts) + ")" if parts else "(none)"
 
 
+def _options(optimize: Options | str | None, disable_passes: Sequence[str],
+             machine: Machine | None) -> Options:
+    """``jit``'s options: a level's name (or options already made, as ``compare`` passes)
+    with the passes switched off and the machine added."""
+    given = Options.of(optimize)
+    return dataclasses.replace(
+        given, disable_passes=tuple(given.disable_passes) + tuple(disable_passes),
+        machine=machine or given.machine)
+
+
 def jit(fun: Callable | None = None, *, static_argnums: Sequence[int] = (),
-        static_argnames: Sequence[str] = (), optimize: str | None = None,
+        static_argnames: Sequence[str] = (), optimize: Options | str | None = None,
         polymorphic_shapes: Any = None, donate_argnums: Sequence[int] = (),
         in_shardings: Any = None, out_shardings: Any = None, keep_unused: bool = False,
         inline: bool = False, disable_passes: Sequence[str] = (),
@@ -920,7 +930,7 @@ def jit(fun: Callable | None = None, *, static_argnums: Sequence[int] = (),
                                  out_shardings=out_shardings, keep_unused=keep_unused,
                                  inline=inline, disable_passes=disable_passes, machine=machine)
     return JitFunction(fun, static_argnums=static_argnums, static_argnames=static_argnames,
-                       optimize=Options(optimize, tuple(disable_passes), machine),
+                       optimize=_options(optimize, disable_passes, machine),
                        polymorphic_shapes=polymorphic_shapes, donate_argnums=donate_argnums,
                        in_shardings=in_shardings, out_shardings=out_shardings,
                        keep_unused=keep_unused, inline=inline)

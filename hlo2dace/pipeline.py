@@ -49,15 +49,14 @@ def cpu_passes(level: Level) -> list[Pass]:
     add("choose_product_kernels", "plan", block_pass(products.choose_product_kernels),
         "each product's kernel: BLAS, loops, skinny gemms, blocked gemv (h2d.kernel)")
     add("fold_scale_into_products", "plan", block_pass(products.fold_scale_into_products),
-        "alpha * A @ B passes alpha to BLAS, A * alpha never written (h2d.scaled_dot)")
+        "alpha * A @ B passes alpha to BLAS; alpha * A is never written (h2d.scaled_dot)")
     add("fuse_elementwise", "plan", fusion.fuse_elementwise,
         "elementwise ops of one shape in one map; cheap producers recomputed (h2d.fusion)")
     add("fuse_into_readers", "plan", block_pass(fusion.fuse_into_readers),
         "reshapes, gathers, concatenations, row reductions computed where read "
         "(h2d.computed_by_readers)")
     add("fuse_into_consumers", "plan", block_pass(fusion.fuse_into_consumers),
-        "a reduction's or scatter's elementwise operand computed in its loops "
-        "(h2d.fused_operands)")
+        "a reduction's or scatter's elementwise operand computed in its loops (h2d.fused_operands)")
     add("contract_multiply_adds", "plan", block_pass(fusion.contract_multiply_adds),
         "a * b + c as one fused multiply-add, where XLA contracts it (h2d.contract)")
     add("partial_sorts", "plan", block_pass(readers.partial_sorts),

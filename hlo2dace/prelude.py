@@ -23,6 +23,7 @@ import dace
 import dace.library
 
 from . import folders
+from .progress import stage
 
 #: the folder whose ``h2d/`` headers the generated code includes (installed with the package)
 INCLUDE_DIR = Path(__file__).resolve().parent / "include"
@@ -118,14 +119,17 @@ def precompiled(cpu_flags: str) -> Path | None:
         return folder
     header.write_text(PRELUDE)
     staging = folder / f"{NAME}.gch.{os.getpid()}"
-    try:
-        subprocess.run([cxx, *flags, f"-I{runtime}", f"-I{include_dir()}", "-x", "c++-header",
-                        str(header), "-o", str(staging)], check=True, capture_output=True,
-                       timeout=600)
-        os.replace(staging, folder / f"{NAME}.gch")
-    except (OSError, subprocess.SubprocessError):
-        staging.unlink(missing_ok=True)
-        return None
+    with stage("native setup") as setup:
+        setup.note = "once per machine and compiler flags: the precompiled prelude"
+        try:
+            subprocess.run([cxx, *flags, f"-I{runtime}", f"-I{include_dir()}", "-x",
+                            "c++-header", str(header), "-o", str(staging)], check=True,
+                           capture_output=True, timeout=600)
+            os.replace(staging, folder / f"{NAME}.gch")
+        except (OSError, subprocess.SubprocessError):
+            staging.unlink(missing_ok=True)
+            setup.note = "the prelude could not be precompiled: included as text"
+            return None
     return folder
 
 

@@ -94,7 +94,6 @@ def build(sdfg: Any, folder: Path, parts: int | None = None,
         (folder / "include" / "hash.h").write_text(
             f'#define __HASH_{sdfg.name} "{folder.parent.name}"\n')
         signature.save(str(folder / SIGNATURE_FILE), compress=True)
-    native_setup()
     configured = Path(compiler.build_cache_root()) / "configure"
     known = set(configured.glob("*"))
     with stage("C++ compile") as compile_stage:
@@ -102,19 +101,6 @@ def build(sdfg: Any, folder: Path, parts: int | None = None,
         if set(configured.glob("*")) - known:
             compile_stage.note = "CMake's configure included: once per kind of program"
     return signature
-
-
-def native_setup() -> None:
-    """DaCe's precompiled header of its runtime, made before the first build on a machine
-    (3.6 s of a 4.8 s first build, measured; later builds reuse it) as a stage of its own,
-    so that the one-time cost is not read as the program's."""
-    from dace.codegen import compiler
-
-    if any((Path(compiler.build_cache_root()) / "pch").glob("*/*.gch")):
-        return
-    with stage("native setup") as setup:
-        setup.note = "once per machine: DaCe's precompiled header"
-        compiler.prepare_precompiled_header(("cpu",))
 
 
 def _outline_repeats(sdfg: Any) -> list[str]:

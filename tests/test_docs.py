@@ -76,3 +76,17 @@ def test_every_python_example_runs_as_written(name, k, code, marker, tmp_path):
     result = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env,
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, f"{name}, example {k}:\n{result.stderr[-3000:]}"
+
+
+def test_the_pass_list_of_the_architecture_is_the_pipeline():
+    """docs/architecture.md lists every pass of the CPU pipeline, in its order and stage,
+    with the summary ``hlo2dace passes`` prints."""
+    from hlo2dace import pipeline
+    from hlo2dace.optimize import level
+
+    text = (DOCS / "architecture.md").read_text()
+    rows = re.findall(r"^\| (plan|sdfg|code) \| `(\w+)` \| (.+?) \|$", text, re.M)
+    passes = pipeline.cpu_passes(level("default"))
+    assert [(stage, name) for stage, name, _ in rows] == [(p.stage, p.name) for p in passes]
+    for (_, _, documented), p in zip(rows, passes):
+        assert documented.replace("`", "") == p.summary.replace("`", ""), p.name

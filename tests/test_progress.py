@@ -203,20 +203,28 @@ def test_the_collector_is_paused_while_compiling_and_runs_again_after(monkeypatc
 
 def test_the_first_build_on_a_machine_shows_its_native_setup(caplog, monkeypatch,
                                                              private_cache, tmp_path):
-    """DaCe's precompiled header, made once per machine, is a stage of its own (3.6 s of
-    a 4.8 s first build measured), and the C++ compile that configures CMake says so; a
-    second program of the same kind needs neither."""
+    """The precompiled prelude (DaCe's runtime header and hlo2dace's helpers), made once
+    per machine and flag set, is a stage of its own, and the C++ compile that configures
+    CMake says so; a second program of the same kind needs neither."""
     from dace.codegen import compiler
 
+    from hlo2dace import folders, prelude
+
     monkeypatch.setattr(compiler, "build_cache_root", lambda: str(tmp_path / "fresh"))
+    monkeypatch.setattr(folders, "native_dir", lambda: tmp_path / "native")
+    prelude.precompiled.cache_clear()
     caplog.set_level(logging.INFO, logger="hlo2dace")
-    hlo2dace.jit(_f)(X)
+    try:
+        hlo2dace.jit(_f)(X)
+    finally:
+        prelude.precompiled.cache_clear()  # the next tests' own folder again
     records = _stage_records(caplog.records)
     stages = [r.stage for r in records]
-    assert stages == BUILD_STAGES[:-2] + ["native setup", "C++ compile", "C++ build"], stages
-    assert "precompiled header" in records[-3].getMessage()
+    build = BUILD_STAGES.index("validate")
+    assert stages == [*BUILD_STAGES[:build], "native setup", *BUILD_STAGES[build:]], stages
+    assert "precompiled prelude" in records[build].getMessage()
     assert "CMake's configure included" in records[-2].getMessage()
-    assert list((tmp_path / "fresh" / "pch").glob("*/*.gch"))
+    assert list((tmp_path / "native" / "pch").glob("*/*.gch"))
 
     caplog.clear()
     hlo2dace.jit(lambda x: jnp.sin(x) * 2.5)(X)

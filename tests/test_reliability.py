@@ -369,17 +369,17 @@ def test_cache_keys_cover_what_changes_the_binary(monkeypatch):
     libs = dace.Config.get("compiler", "cpu", "libs")
     try:
         for change in changes:
-            runtime.machine.cache_clear()
+            runtime.toolchain.cache_clear()
             change()
-            runtime.machine.cache_clear()
+            runtime.toolchain.cache_clear()
             assert lowered.key != key
             monkeypatch.undo()
             dace.Config.set("compiler", "cpu", "libs", value=libs)
-            runtime.machine.cache_clear()
+            runtime.toolchain.cache_clear()
             assert lowered.key == key
     finally:
         dace.Config.set("compiler", "cpu", "libs", value=libs)
-        runtime.machine.cache_clear()
+        runtime.toolchain.cache_clear()
     flags = runtime.cache_key("module", "-O3")
     assert runtime.cache_key("module", "-O3 -march=x86-64") != flags  # compiler flags
 

@@ -74,8 +74,8 @@ def _block(block: ir.Block) -> ir.Block:
             op = dataclasses.replace(op, regions=tuple(_region(r) for r in op.regions))
         # a rewrite leaves a product, or a division of values that are no divisions (those
         # earlier in the block were rewritten already), so the loop ends
-        while (rewritten := _divided_by_function(op, producers)
-               or _reciprocal(op, producers, readers) or _regrouped(op, producers)):
+        while (rewritten := next(filter(None, (rule(op, producers, readers)
+                                               for rule in DIVISION_RULES)), None)):
             for new in rewritten[:-1]:
                 _add(new, ops, producers)
             op = rewritten[-1]
@@ -103,7 +103,8 @@ def _rewritten_division(op: ir.Op) -> ir.TensorType | None:
     return t
 
 
-def _divided_by_function(op: ir.Op, producers: dict[str, ir.Op]) -> list[ir.Op] | None:
+def _divided_by_function(op: ir.Op, producers: dict[str, ir.Op], readers: Counter
+                         ) -> list[ir.Op] | None:
     """The ops that compute ``op`` as XLA does, if it is a division by an exponential, a
     power or a reciprocal square root."""
     t = _rewritten_division(op)
@@ -180,7 +181,8 @@ def _reciprocal(op: ir.Op, producers: dict[str, ir.Op], readers: Counter
     return [*inverse, spread, _binary("stablehlo.multiply", op, numerator, spread.result)]
 
 
-def _regrouped(op: ir.Op, producers: dict[str, ir.Op]) -> list[ir.Op] | None:
+def _regrouped(op: ir.Op, producers: dict[str, ir.Op], readers: Counter
+               ) -> list[ir.Op] | None:
     """The ops that compute ``op`` as XLA does, if it is a division of or by a division
     (XLA's rewrites in this order of preference; its inner divisions are rewritten
     first, as they come first in the block)."""
@@ -324,3 +326,8 @@ def _constant_op(name: str, t: ir.TensorType, value: np.ndarray,
 def _binary(name: str, replaced: ir.Op, lhs: ir.Value, rhs: ir.Value) -> ir.Op:
     """The op ``name`` of ``lhs`` and ``rhs`` in place of ``replaced`` (its result)."""
     return ir.Op(name, (lhs, rhs), replaced.results, location=replaced.location)
+
+
+#: XLA's rewrites of a division, in the order it prefers them: each ``rule(op, producers,
+#: readers)`` gives the ops that compute ``op`` as XLA does, or None
+DIVISION_RULES = (_divided_by_function, _reciprocal, _regrouped)
