@@ -53,6 +53,10 @@ ITERATIONS_PER_THREAD = 8
 #: multiply-adds per batch element up to which the loop kernel beats a BLAS call (BLAS's
 #: per-call packing and dispatch)
 SMALL_PRODUCT = 4096
+#: convolution groups with fewer input times output features than this (depthwise
+#: convolutions) run as the loop nest: GEMMs with so few columns and so short rows run far
+#: below peak
+NARROW_GROUPS = 16
 #: multiply-adds below which a product's loop kernel runs on one thread
 PARALLEL_PRODUCT_WORK = 1 << 22
 #: a product with a side at most this short and ``PARALLEL_PRODUCT_WORK`` multiply-adds is
@@ -107,11 +111,6 @@ class Machine:
                 f"{self.vector_bytes * 8}-bit vectors, BLAS: {self.blas}")
 
     # ------------------------------------------------------------------ threads
-    @property
-    def parallel_map_work(self) -> int:
-        """Element operations below which a map runs on one thread."""
-        return PARALLEL_REGION_OPS
-
     @property
     def parallel_iterations(self) -> int:
         """The iterations a parallel map's first loop needs (``ITERATIONS_PER_THREAD``
@@ -217,7 +216,8 @@ class Machine:
     @property
     def swap_elements(self) -> int:
         """Carried values of at least this many elements (an eighth of L2 in doubles)
-        alternate between two buffers in counted loops instead of being copied back."""
+        alternate between two buffers in counted loops instead of being copied back: below,
+        a copy per iteration costs less than a second copy of the body's code."""
         return self.l2_bytes // 64
 
 

@@ -47,7 +47,8 @@ def cpu_passes(level: Level) -> list[Pass]:
     add("pair_matvecs", "plan", block_pass(matvec.pair_matvecs),
         "two matrix-vector products of one large matrix read it once (h2d.paired_matvecs)")
     add("choose_product_kernels", "plan", block_pass(products.choose_product_kernels),
-        "each product's kernel: BLAS, loops, skinny gemms, blocked gemv (h2d.kernel)")
+        "each product's and convolution's kernel: BLAS, loops, skinny gemms, blocked gemv "
+        "(h2d.kernel)")
     add("fold_scale_into_products", "plan", block_pass(products.fold_scale_into_products),
         "alpha * A @ B passes alpha to BLAS; alpha * A is never written (h2d.scaled_dot)")
     add("fuse_elementwise", "plan", fusion.fuse_elementwise,
@@ -67,6 +68,9 @@ def cpu_passes(level: Level) -> list[Pass]:
         "an update writes its dead operand's array (h2d.in_place)")
     add("loop_buffers", "plan", block_pass(updates.loop_buffers),
         "a loop runs in its dead initial values' arrays (h2d.in_place)")
+    add("swap_loop_buffers", "plan", updates.swap_loop_buffers,
+        "a counted loop's large stencil-like carries alternate between two buffers "
+        "(h2d.swapped_carries)")
     add("skip_replaced_windows", "plan", block_pass(updates.skip_replaced_windows),
         "a scatter's copy skips the boxes later .sets replace (h2d.replaced_later)")
     add("remove_dead_ops", "plan", block_pass(remove_dead_ops),

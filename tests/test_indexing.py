@@ -16,8 +16,9 @@ import pytest
 from jax import lax
 
 import hlo2dace
+from hlo2dace.machine import current_machine
 from hlo2dace.translate.emitter import PARALLEL_MAP_WORK
-from hlo2dace.translate.indexing import ATOMIC_MIN_BYTES, CHUNK
+from hlo2dace.translate.indexing import CHUNK
 from hlo2dace.xla import run_module
 
 from util import assert_arrays_match, assert_matches_jax, dtype_id, special_values
@@ -305,7 +306,7 @@ def test_parallel_updates(dtype, large):
     """Integer and boolean add/max/min/or (atomic updates into large results), unique
     indices (plain parallel writes), windows updated in parallel chunks, and many
     duplicates, against the same sequential XLA result (enough updates for threads)."""
-    n = ATOMIC_MIN_BYTES // np.dtype(dtype).itemsize + 3 if large else 37
+    n = current_machine().atomic_min_bytes // np.dtype(dtype).itemsize + 3 if large else 37
     rng = np.random.default_rng(0)
     i = np.concatenate([rng.integers(-3, 40, 5000), rng.integers(0, n + 3, PARALLEL_MAP_WORK)])
     i = i.astype(np.int32)

@@ -2,6 +2,7 @@
 
 import dataclasses
 
+import jax
 import numpy as np
 
 from hlo2dace.machine import current_machine
@@ -58,3 +59,43 @@ def test_tiny_products_in_loops():
     a, b = operands((6, 7), (7, 5))
     check_pass("choose_product_kernels", lambda a, b: a @ b, a, b, rtol=1e-6)
     assert np.isfinite(a).all()
+
+
+def _convolution(batch, features_in, features_out, groups=1, element="f32"):
+    per_group = features_in // groups
+    return f"""
+        func.func @main(%x: tensor<{batch}x8x8x{features_in}x{element}>,
+                        %w: tensor<3x3x{per_group}x{features_out}x{element}>)
+            -> tensor<{batch}x6x6x{features_out}x{element}> {{
+          %0 = stablehlo.convolution(%x, %w) dim_numbers = [b, 0, 1, f]x[0, 1, i, o]->[b, 0, 1, f],
+            window = {{}} {{batch_group_count = 1 : i64, feature_group_count = {groups} : i64}}
+            : (tensor<{batch}x8x8x{features_in}x{element}>,
+               tensor<3x3x{per_group}x{features_out}x{element}>)
+            -> tensor<{batch}x6x6x{features_out}x{element}>
+          return %0 : tensor<{batch}x6x6x{features_out}x{element}>
+        }}"""
+
+
+def test_convolution_kernels_by_size_groups_and_type():
+    def kernel(*shape, element="f32", machine=None):
+        text = planned(_convolution(*shape, element=element), "choose_product_kernels",
+                       machine=machine)
+        return text.split("h2d.kernel<kernel = ")[1].split(",")[0]
+
+    assert kernel(4, 16, 32) == '"blas"'
+    assert kernel(1, 1, 2) == '"loops"'  # too small for a BLAS call to pay off
+    assert kernel(4, 32, 32, 32) == '"loops"'  # depthwise: one input feature per group
+    assert kernel(4, 16, 32, element="i32") == '"loops"'
+    assert kernel(4, 16, 32, element="bf16") == '"blas"'  # summed in f32
+    without = dataclasses.replace(current_machine(), blas="none")
+    assert kernel(4, 16, 32, machine=without) == '"loops"'
+
+
+def test_depthwise_convolutions_in_loops():
+    x, w = operands((2, 10, 10, 24), (3, 3, 1, 24))
+
+    def depthwise(x, w):
+        return jax.lax.conv_general_dilated(x, w, (1, 1), "SAME", feature_group_count=24,
+                                            dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+    check_pass("choose_product_kernels", depthwise, x, w, rtol=1e-5, atol=1e-5)

@@ -97,8 +97,9 @@ def own_native_folder(tmp_path_factory):
 def test_planted_dace_build_caches_and_native_helpers(tmp_path):
     """DaCe's build caches (recorded commands it runs again, precompiled headers it
     includes, CMake configure caches) and the native helper folder, with the commands,
-    headers and call-path extension poisoned; also DaCe's own choice of cache folder
-    ($DACE_BUILD_CACHE_DIR) pointed at the poisoned caches."""
+    headers (DaCe's and hlo2dace's precompiled prelude) and call-path extension
+    poisoned; also DaCe's own choice of cache folder ($DACE_BUILD_CACHE_DIR) pointed at the
+    poisoned caches."""
     xdg = tmp_path / "xdg"
     env = {"XDG_CACHE_HOME": str(xdg), "HLO2DACE_CACHE_DIR": str(tmp_path / "cache1")}
     first = _compile_in_child(env, 2.0)
@@ -111,7 +112,7 @@ def test_planted_dace_build_caches_and_native_helpers(tmp_path):
         for entry in entries:
             entry["command"] = f"touch {markers['command']}; {entry['command']}"
         path.write_text(json.dumps(entries))
-    for header in caches.glob("pch/*/dace_prewarm.h"):
+    for header in (*caches.glob("pch/*/dace_prewarm.h"), *native.glob("pch/*/h2d_prelude.h")):
         header.write_text(f'#include <stdlib.h>\n__attribute__((constructor)) static void '
                           f'planted(void) {{ system("touch {markers["header"]}"); }}\n'
                           + header.read_text())

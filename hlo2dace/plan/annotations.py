@@ -146,6 +146,15 @@ class InPlace(Annotation):
 
 
 @dataclass(frozen=True)
+class SwappedCarries(Annotation):
+    """Carried values of a counted loop that alternate between two buffers, two
+    iterations a trip, instead of being copied back every iteration."""
+
+    name: ClassVar[str] = "swapped_carries"
+    operands: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class ProductKernel(Annotation):
     """How a product is computed: ``"blas"`` (OpenBLAS: dot, gemv, gemm), ``"blocked_gemv"``
     (a computed matrix a block of rows at a time into gemv), ``"skinny_gemm"`` (gemms over

@@ -19,18 +19,22 @@ from .passes import PassContext
 
 #: the ops that hold products the kernel passes decide for
 CONTRACTIONS = ("stablehlo.dot_general",)
+#: the convolutions, whose kernel (im2col and GEMMs, or the loop nest) is decided too
+CONVOLUTIONS = ("stablehlo.convolution", "stablehlo.dynamic_conv")
 
 
 def choose_product_kernels(block: ir.Block, uses: BlockUses, context: PassContext
                            ) -> list[ir.Op]:
-    """Every contraction gets the kernel that computes it fastest on the machine
-    (``ProductKernel``): loops for tiny products, gemms over blocks of a skinny product's
-    long side, and for a matrix-vector product whose large matrix an elementwise
-    expression computes for it alone, that expression a block of rows at a time into
-    gemv (``blocked_gemv``: the matrix is never written)."""
+    """Every contraction and convolution gets the kernel that computes it fastest on the
+    machine (``ProductKernel``): loops for tiny products and depthwise convolutions,
+    gemms over blocks of a skinny product's long side, and for a matrix-vector product
+    whose large matrix an elementwise expression computes for it alone, that expression a
+    block of rows at a time into gemv (``blocked_gemv``: the matrix is never written)."""
     ops = []
     for op in block.ops:
-        if op.name in CONTRACTIONS:
+        if op.name in CONVOLUTIONS:
+            op = annotated(op, products.convolution_kernel(op, context.machine, tuned=True))
+        elif op.name in CONTRACTIONS:
             chosen = products.kernel(op, context.machine, tuned=True)
             if chosen is not None:
                 side = _computed_matrix(op, uses, context)

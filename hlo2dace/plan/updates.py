@@ -1,7 +1,8 @@
 """The plan's decisions about memory: which values are computed straight into the entry
 function's result arrays (``result_destinations``), which updates may write their
 operand's own array (``update_in_place``), which loops may run in their initial values'
-arrays (``loop_buffers``), and what a scatter's copy of its operand may skip
+arrays (``loop_buffers``) and which alternate between two buffers
+(``swap_loop_buffers``), and what a scatter's copy of its operand may skip
 (``skip_replaced_windows``)."""
 
 from __future__ import annotations
@@ -9,13 +10,14 @@ from __future__ import annotations
 import dataclasses
 
 from .. import ir
-from ..translate.known import known_value
+from ..translate.bindings import at_most
+from ..translate.known import counted_loop, known_value
 from ..translate.registry import record
-from ..translate.scopes import is_last_reader, replacements
+from ..translate.scopes import is_last_reader, replacements, updates_in_place
 from ..translate.windows import box, replaces, scatter_numbers, strided_window, windows
 from .analysis import BlockUses, collect_uses
-from .annotations import Destinations, InPlace, ReplacedLater, annotated
-from .passes import PassContext
+from .annotations import Destinations, InPlace, ReplacedLater, SwappedCarries, annotated
+from .passes import PassContext, rewrite_blocks
 
 #: the most later updates whose boxes a scatter's copy of its operand leaves out
 LATER_UPDATES = 64
@@ -152,6 +154,34 @@ def loop_buffers(block: ir.Block, uses: BlockUses, context: PassContext) -> list
             op = _in_place(op, uses, list(range(len(op.operands))))
         ops.append(op)
     return ops
+
+
+def swap_loop_buffers(module: ir.Module, context: PassContext) -> ir.Module:
+    """A counted loop's carried value that an op of its body computes and cannot update in
+    place (a stencil reads its neighbours) alternates between two buffers, two iterations a
+    trip, where it is large enough (``Machine.swap_elements``) for a copy per iteration to
+    cost more than a second copy of the body's code (``SwappedCarries``)."""
+    def rewrite(block: ir.Block, uses: BlockUses, context: PassContext) -> list[ir.Op]:
+        return [_swapped(module, op, context.machine.swap_elements)
+                if op.name == "stablehlo.while" else op for op in block.ops]
+
+    return rewrite_blocks(module, context, rewrite)
+
+
+def _swapped(module: ir.Module, op: ir.Op, smallest: int) -> ir.Op:
+    counted = counted_loop(op)
+    if counted is None:
+        return op
+    body = op.regions[1].entry
+    produced = {r.name for inner in body.ops for r in inner.results}
+    swapped, seen = [], set()
+    for k, value in enumerate(body.terminator.operands):
+        if (k != counted[0] and value.name not in seen and value.name in produced
+                and not at_most(value.type.size, smallest - 1)
+                and not updates_in_place(module, body, body.arguments[k], value)):
+            swapped.append(k)
+            seen.add(value.name)
+    return annotated(op, SwappedCarries(tuple(swapped))) if swapped else op
 
 
 def _in_place(op: ir.Op, uses: BlockUses, candidates: list[int]) -> ir.Op:

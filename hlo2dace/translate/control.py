@@ -25,23 +25,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import dace
-import numpy as np
 import sympy
 from dace.properties import CodeBlock
 from dace.sdfg.state import BreakBlock, ConditionalBlock, ControlFlowRegion, LoopRegion
 
 from .. import ir, symbolic
-from ..plan.annotations import InPlace, annotation
-from . import registry
-from .bindings import TOKEN, Array, Binding, at_most
+from ..plan.annotations import InPlace, SwappedCarries, annotation
+from .bindings import TOKEN, Array, Binding
 from .builder import Builder
 from .emitter import Element
+from .known import counted_loop
 from .registry import define, register
 from .scopes import updates_in_place
-
-#: carried values of at least this many elements alternate between two buffers in counted
-#: loops instead of being copied back every iteration
-SWAP_ELEMENTS = 1 << 14
 
 
 def _call_shape(inference, op, operands, shapes, knowns, env):
@@ -107,61 +102,6 @@ def _tensor_types(b: Builder, op: ir.Op) -> None:
                                 ["tensors (tuples and tokens are not carried)"])
 
 
-def _value(block: ir.Block, value: ir.Value, arguments: dict[str, sympy.Expr]):
-    """What ``block`` computes for the 0-d ``value`` from its ``arguments`` (symbols), by
-    the ops' value rules (``symbolic.py``): a sympy expression, or None."""
-    if value.name in arguments:
-        return arguments[value.name]
-    op = next((o for o in block.ops if value in o.results), None)
-    rule = registry.record(op.name).value_rule if op is not None else None
-    if rule is None or len(op.results) != 1 or op.result.type.rank:
-        return None
-    knowns = []
-    for operand in op.operands:
-        value = _value(block, operand, arguments)
-        knowns.append(None if value is None else np.empty(operand.type.shape, dtype=object))
-        if value is not None:
-            knowns[-1].fill(value)
-    try:
-        found = rule(op, knowns, [v.type.shape for v in op.operands])
-    except (TypeError, ValueError, AttributeError):
-        return None
-    return None if not found else sympy.sympify(found[0])
-
-
-def _counted(op: ir.Op) -> tuple[int, int | None, int, int] | None:
-    """``(counter, bound slot or None, bound constant, step)`` if ``op`` is a counted loop:
-    its condition is ``counter < bound`` on a signed integer, the bound a constant or a
-    carried value the body passes through, and the body adds a positive constant to the
-    counter. Found by computing the condition and the counter's next value as expressions
-    of symbols standing for the carried values."""
-    cond, body = op.regions[0].entry, op.regions[1].entry
-    carried = [sympy.Symbol(f"c{k}", integer=True) for k in range(len(cond.arguments))]
-    condition = _value(cond, cond.terminator.operands[0],
-                       {a.name: c for a, c in zip(cond.arguments, carried)})
-    if not isinstance(condition, sympy.StrictLessThan) or condition.lhs not in carried:
-        return None
-    counter = carried.index(condition.lhs)
-    if (cond.arguments[counter].type.element not in ("i32", "i64")
-            or cond.arguments[counter].type.rank):
-        return None
-    bound_slot, bound = None, 0
-    if condition.rhs in carried:
-        bound_slot = carried.index(condition.rhs)
-        if body.terminator.operands[bound_slot] != body.arguments[bound_slot]:
-            return None
-    elif condition.rhs.is_Integer:
-        bound = int(condition.rhs)
-    else:
-        return None
-    step = _value(body, body.terminator.operands[counter],
-                  {body.arguments[counter].name: carried[counter]})
-    step = None if step is None else sympy.expand(step - carried[counter])
-    if step is None or not step.is_Integer or int(step) <= 0:
-        return None
-    return counter, bound_slot, bound, int(step)
-
-
 def _while_shape(inference, op, operands, shapes, knowns, env):
     """Loop-carried values keep their shapes; their contents are not known (they change)."""
     regions = []
@@ -187,7 +127,7 @@ def while_loop(b: Builder, op: ir.Op) -> list[Binding]:
     returned = body.terminator.operands
     passed = {k for k, arg in enumerate(body.arguments) if returned[k] == arg}
     inits = [b.readable(v) for v in op.operands]
-    counted = _counted(op)
+    counted = counted_loop(op)
 
     # carried values: one array each for the whole loop; pass-throughs keep their binding
     bindings: list[Binding] = list(inits)
@@ -237,8 +177,8 @@ def _loop_bound(b: Builder, value: ir.Value, assignments: dict[str, str]) -> str
 def _counted_loop(b: Builder, op: ir.Op, counted, bindings: list[Binding],
                   carries: dict[int, Array]) -> None:
     """A DaCe for-loop over a symbol: the counter's array is written from the symbol
-    first in each iteration, so the condition region is never run; carried values that
-    cannot be updated in place alternate between two buffers (two iterations per trip)."""
+    first in each iteration, so the condition region is never run; carried values the
+    plan swaps (``SwappedCarries``) alternate between two buffers, two iterations a trip."""
     counter, bound_slot, bound, step = counted
     assignments: dict[str, str] = {}
     start = _loop_bound(b, op.operands[counter], assignments)
@@ -251,7 +191,8 @@ def _counted_loop(b: Builder, op: ir.Op, counted, bindings: list[Binding],
     counter_array = carries[counter]
     ctype = "int32_t" if counter_array.type.element == "i32" else "int64_t"
     slots = [k for k in carries if k != counter]
-    swapped = _swapped_slots(b, op, slots)
+    planned = annotation(op, SwappedCarries)
+    swapped = [k for k in slots if planned is not None and k in planned.operands]
     stride = 2 * step if swapped else step
     loop = LoopRegion(b.emit.fresh("for"), f"{variable} < {end}", variable,
                       f"{variable} = {start}", f"{variable} = {variable} + {stride}")
@@ -280,24 +221,6 @@ def _counted_loop(b: Builder, op: ir.Op, counted, bindings: list[Binding],
     _write_symbol(b, counter_array,
                   f"({ctype})(({start}) < ({end}) ? ({start}) + ((({end}) - ({start}) + "
                   f"{step - 1}) / {step}) * {step} : ({start}))")
-
-
-def _swapped_slots(b: Builder, op: ir.Op, slots: Sequence[int]) -> list[int]:
-    """The carried values of a counted loop that alternate between two buffers: those an op
-    of the body computes, that cannot be updated in place (a stencil reads neighbours),
-    and that are large enough for a copy per iteration to cost more than a second copy
-    of the body's code."""
-    body = op.regions[1].entry
-    returned = body.terminator.operands
-    swapped, seen = [], set()
-    for k in slots:
-        value = returned[k]
-        if (value.name not in seen and not at_most(value.type.size, SWAP_ELEMENTS - 1)
-                and any(value in o.results for o in body.ops)
-                and not updates_in_place(b.module, body, body.arguments[k], value)):
-            swapped.append(k)
-            seen.add(value.name)
-    return swapped
 
 
 def _write_symbol(b: Builder, target: Array, expression: str) -> None:

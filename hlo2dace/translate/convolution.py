@@ -18,6 +18,10 @@ of the operand and result types (int8 x int8 -> int32); f16/bf16 accumulate in f
 round once, as XLA's CPU backend does (it converts them into f32 convolutions).
 ``precision_config`` changes nothing on the CPU and is ignored.
 
+Which of the two kernels below computes a convolution is the plan's decision
+(``choose_product_kernels``, by ``products.convolution_kernel``); the plain lowering takes
+im2col wherever OpenBLAS multiplies the type.
+
 * f32/f64/complex (and f16/bf16 or mixed types, converted) with OpenBLAS: im2col. Per
   group, chunks of result rows (batch x output positions, in the result's layout order)
   are packed into a patch matrix (rows x kernel taps x input features, zeros where a tap
@@ -40,22 +44,31 @@ from __future__ import annotations
 
 import contextlib
 import math
-from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
 from .. import ir
-from ..machine import SMALL_PRODUCT
+from ..plan.annotations import ProductKernel, annotation
 from . import dtypes
 from .bindings import Array, Binding, Literal, map_params
 from .blas import Operand, op_types, read_element, strided_operand
 from .builder import Builder
+from .convolution_numbers import Convolution
 from .cpp import Loop, Writer
 from .dtypes import ElementType
 from .emitter import Element, Whole
 from .literals import literal
-from .products import BLAS_INT_MAX, BLAS_TYPES, converted, precision_key, row_major, stored
+from .products import (
+    BLAS_INT_MAX,
+    BLAS_TYPES,
+    accumulated,
+    converted,
+    convolution_kernel,
+    precision_key,
+    row_major,
+    stored,
+)
 from .registry import register
 
 #: products per result element one GEMM sums at most: deeper kernels (weight gradients) are
@@ -63,140 +76,11 @@ from .registry import register
 MAX_DEPTH = 8192
 #: rows per GEMM at least (a deep kernel makes the patch matrix larger instead)
 MIN_ROWS = 64
-#: groups with fewer input times output features than this (depthwise convolutions) are
-#: the loop nest: GEMMs with so few columns and so short rows run far below peak
-NARROW_GROUPS = 16
-
-
-@dataclass(frozen=True)
-class _Convolution:
-    """The dimension numbers, window and groups of a convolution, and the sizes they imply.
-    Spatial tuples are in the order of the dimension numbers' spatial lists."""
-
-    lhs_shape: tuple[int, ...]
-    kernel_shape: tuple[int, ...]
-    out_shape: tuple[int, ...]
-    lhs_batch: int
-    lhs_feature: int
-    lhs_spatial: tuple[int, ...]
-    kernel_in: int
-    kernel_out: int
-    kernel_spatial: tuple[int, ...]
-    out_batch: int
-    out_feature: int
-    out_spatial: tuple[int, ...]
-    strides: tuple[int, ...]
-    low: tuple[int, ...]
-    lhs_dilation: tuple[int, ...]
-    rhs_dilation: tuple[int, ...]
-    reversal: tuple[bool, ...]
-    feature_groups: int
-    batch_groups: int
-
-    @classmethod
-    def of(cls, op: ir.Op, padding: object = None) -> _Convolution:
-        """``padding``: the (rank, 2) padding array, if not the op's attribute."""
-        numbers = op.attr("dimension_numbers").fields
-        lhs, kernel = op.operands[:2]
-        rank = len(numbers["input_spatial_dimensions"])
-
-        def ints(name, default):
-            value = op.attr(name)
-            if value is None:
-                return (default,) * rank
-            if isinstance(value, ir.DenseElements):
-                value = value.array.reshape(-1)
-            return tuple(type(default)(v) for v in value)
-
-        if padding is None and op.attr("padding") is not None:
-            padding = op.attr("padding").array
-        low = (tuple(int(p) for p in np.reshape(padding, (rank, 2))[:, 0])
-               if padding is not None else (0,) * rank)
-        return cls(
-            tuple(lhs.type.shape), tuple(kernel.type.shape), tuple(op.result.type.shape),
-            int(numbers["input_batch_dimension"]), int(numbers["input_feature_dimension"]),
-            tuple(int(d) for d in numbers["input_spatial_dimensions"]),
-            int(numbers["kernel_input_feature_dimension"]),
-            int(numbers["kernel_output_feature_dimension"]),
-            tuple(int(d) for d in numbers["kernel_spatial_dimensions"]),
-            int(numbers["output_batch_dimension"]), int(numbers["output_feature_dimension"]),
-            tuple(int(d) for d in numbers["output_spatial_dimensions"]),
-            ints("window_strides", 1), low, ints("lhs_dilation", 1), ints("rhs_dilation", 1),
-            ints("window_reversal", False), int(op.attr("feature_group_count", 1)),
-            int(op.attr("batch_group_count", 1)))
-
-    @property
-    def rank(self) -> int:
-        return len(self.lhs_spatial)
-
-    @property
-    def window(self) -> tuple[int, ...]:
-        return tuple(self.kernel_shape[d] for d in self.kernel_spatial)
-
-    @property
-    def groups(self) -> int:
-        return max(self.feature_groups, self.batch_groups)
-
-    @property
-    def group_in(self) -> int:
-        """Input features per group (the kernel's input feature dimension)."""
-        return self.kernel_shape[self.kernel_in]
-
-    @property
-    def group_out(self) -> int:
-        return self.kernel_shape[self.kernel_out] // self.groups
-
-    @property
-    def depth(self) -> int:
-        """Products summed into one result element."""
-        return math.prod(self.window) * self.group_in
-
-    @property
-    def rows(self) -> int:
-        """Result rows: batch times output positions."""
-        return self.out_shape[self.out_batch] * math.prod(self.out_shape[d]
-                                                          for d in self.out_spatial)
-
-    def row_dims(self) -> list[tuple[str, int, int]]:
-        """The result's row dimensions, batch and spatial, in the order the result lays them
-        out (so that rows are single-strided wherever its layout allows): (C++ name, size,
-        dimension)."""
-        dims = [("__n", self.out_batch)] + [(f"__p{d}", dim)
-                                            for d, dim in enumerate(self.out_spatial)]
-        return [(name, self.out_shape[dim], dim) for name, dim in sorted(dims, key=lambda n: n[1])]
-
-    def lhs_group_stride(self, lhs: Operand) -> int:
-        """How far the lhs moves from one group to the next."""
-        if self.batch_groups > 1:
-            return self.out_shape[self.out_batch] * lhs.strides[self.lhs_batch]
-        return self.group_in * lhs.strides[self.lhs_feature] if self.feature_groups > 1 else 0
-
-    def position(self, d: int, out: str, tap: str) -> str:
-        """C++ for where tap ``tap`` of spatial dimension ``d`` of the window at output
-        position ``out`` falls in the padded, dilated lhs."""
-        if self.reversal[d]:
-            tap = f"({self.window[d] - 1} - {tap})"
-        return (f"(int64_t){out} * {self.strides[d]}LL + {tap} * {self.rhs_dilation[d]}LL"
-                f" - ({self.low[d]}LL)")
-
-    def valid(self, d: int, q: str) -> str:
-        """C++: whether position ``q`` of spatial dimension ``d`` holds an lhs element (not
-        padding, not a dilation hole)."""
-        size, dilation = self.lhs_shape[self.lhs_spatial[d]], self.lhs_dilation[d]
-        if size == 0:
-            return "false"
-        test = f"{q} >= 0 && {q} <= {(size - 1) * dilation}LL"
-        return test if dilation == 1 else f"{test} && {q} % {dilation}LL == 0"
-
-    def lhs_offset(self, d: int, q: str, lhs: Operand) -> str:
-        """C++: the lhs offset of the valid position ``q`` of spatial dimension ``d``."""
-        index = q if self.lhs_dilation[d] == 1 else f"({q} / {self.lhs_dilation[d]}LL)"
-        return f"{index} * {lhs.strides[self.lhs_spatial[d]]}LL"
 
 
 @register("stablehlo.convolution")
 def convolution(b: Builder, op: ir.Op) -> list[Binding]:
-    return _translate(b, op, _Convolution.of(op))
+    return _translate(b, op, Convolution.of(op))
 
 
 @register("stablehlo.dynamic_conv")
@@ -210,15 +94,15 @@ def dynamic_conv(b: Builder, op: ir.Op) -> list[Binding]:
         values = b.constants[padding.data]
     else:
         raise b.unsupported("padding computed at run time", ["constant padding"])
-    return _translate(b, op, _Convolution.of(op, values))
+    return _translate(b, op, Convolution.of(op, values))
 
 
-def _translate(b: Builder, op: ir.Op, conv: _Convolution) -> list[Binding]:
-    lhs, kernel = op.operands[:2]
+def _translate(b: Builder, op: ir.Op, conv: Convolution) -> list[Binding]:
+    lhs = op.operands[0]
     lhs_element, kernel_element, result, compute = op_types(b, op, "convolution")
     if conv.feature_groups > 1 and conv.batch_groups > 1:
         raise b.unsupported("both feature_group_count and batch_group_count above 1")
-    accumulate = dtypes.element_type("f32") if compute.is_stored_as_bits else compute
+    accumulate = accumulated(compute)
     target = b.allocate_result(op.result)
     if op.result.type.size == 0:
         return [target]
@@ -226,11 +110,8 @@ def _translate(b: Builder, op: ir.Op, conv: _Convolution) -> list[Binding]:
         b.emit.copy(Literal(result.numpy.type(0), op.result.type), target)
         return [target]
     types = (compute, accumulate, result)
-    work = conv.rows * conv.group_out * conv.depth
-    if (accumulate.element in BLAS_TYPES and b.machine.blas == "OpenBLAS"
-            and max(conv.depth, conv.group_out, conv.rows) <= BLAS_INT_MAX
-            and conv.group_in * conv.group_out >= NARROW_GROUPS
-            and (accumulate.is_complex or work > SMALL_PRODUCT)):
+    chosen = annotation(op, ProductKernel) or convolution_kernel(op, b.machine, tuned=False)
+    if chosen.kernel == "blas":
         _blas_convolution(b, op, conv, types, target)
     else:
         _loop_convolution(b, op, conv, types, target)
@@ -240,7 +121,7 @@ def _translate(b: Builder, op: ir.Op, conv: _Convolution) -> list[Binding]:
 # ---------------------------------------------------------------------- loop nest
 
 
-def _loop_convolution(b: Builder, op: ir.Op, conv: _Convolution,
+def _loop_convolution(b: Builder, op: ir.Op, conv: Convolution,
                       types: tuple[ElementType, ElementType, ElementType], target: Array
                       ) -> None:
     """One map over the result; per element, a loop nest over the window (outer) and the
@@ -253,7 +134,7 @@ def _loop_convolution(b: Builder, op: ir.Op, conv: _Convolution,
     code = Writer()
     code.line(f"const int64_t __g = (int64_t){out_feature} / {conv.group_out}LL;",
               f"const auto* __xb = __x + ({x.offset}LL + (int64_t){out_batch} * "
-              f"{x.strides[conv.lhs_batch]}LL + __g * {conv.lhs_group_stride(x)}LL);",
+              f"{x.strides[conv.lhs_batch]}LL + __g * {conv.lhs_group_stride(x.strides)}LL);",
               f"const auto* __wb = __w + ({w.offset}LL + (int64_t){out_feature} * "
               f"{w.strides[conv.kernel_out]}LL);",
               f"{accumulate.compute} __acc = {zero};")
@@ -266,7 +147,7 @@ def _loop_convolution(b: Builder, op: ir.Op, conv: _Convolution,
                       f"{conv.position(d, params[conv.out_spatial[d]], f'__k{d}')};",
                       f"const bool __v{d} = {valid} && {conv.valid(d, f'__q{d}')};")
             valid = f"__v{d}"
-            x_terms.append(conv.lhs_offset(d, f"__q{d}", x))
+            x_terms.append(conv.lhs_offset(d, f"__q{d}", x.strides))
             w_terms.append(f"__k{d} * {w.strides[conv.kernel_spatial[d]]}LL")
         load_x = converted(f"__xb[{' + '.join(x_terms)}]", x.element, compute)
         load_w = converted(f"__wb[{' + '.join(w_terms)}]", w.element, compute)
@@ -282,7 +163,7 @@ def _loop_convolution(b: Builder, op: ir.Op, conv: _Convolution,
 # -------------------------------------------------------------------------- im2col
 
 
-def _pack_kernel(b: Builder, value: ir.Value, conv: _Convolution,
+def _pack_kernel(b: Builder, value: ir.Value, conv: Convolution,
                  convert: tuple[ElementType, ElementType]) -> Array:
     """The kernel as ``groups`` matrices (window positions x input features) x output
     features in the accumulation type (one map: large for a weight gradient, whose
@@ -329,7 +210,7 @@ def _decode(flat: str, dims: Sequence[tuple[str, int]]) -> list[str]:
     return lines + [f"const int64_t {dims[0][0]} = __t;"]
 
 
-def _blas_convolution(b: Builder, op: ir.Op, conv: _Convolution,
+def _blas_convolution(b: Builder, op: ir.Op, conv: Convolution,
                       types: tuple[ElementType, ElementType, ElementType], target: Array
                       ) -> None:
     """im2col: per group and chunk of result rows, pack the windows into a patch matrix
@@ -436,7 +317,7 @@ def _blas_convolution(b: Builder, op: ir.Op, conv: _Convolution,
                outputs, environments=[OpenBLAS.full_class_path()])
 
 
-def _pack_patches(code: Writer, conv: _Convolution, x: Operand,
+def _pack_patches(code: Writer, conv: Convolution, x: Operand,
                   convert: tuple[ElementType, ElementType], slab: tuple[str, str, str],
                   width: int) -> None:
     """C++ that packs rows ``__r0 .. __r0 + __rn`` of group ``__g`` into the patch matrix
@@ -463,7 +344,7 @@ def _pack_patches(code: Writer, conv: _Convolution, x: Operand,
     with code.loops(Loop("__r", "0", "__rn"), scalar=True), contextlib.ExitStack() as nest:
         code.lines(_decode("__r0 + __r", [(name, n) for name, n, _ in conv.row_dims()]))
         code.line(f"const auto* __src = __lhs + (__n * {x.strides[conv.lhs_batch]}LL + __g * "
-                  f"{conv.lhs_group_stride(x)}LL);",
+                  f"{conv.lhs_group_stride(x.strides)}LL);",
                   f"{ctype}* __dst = __pt + __r * {width}LL;")
         offsets = []
         for d in range(last if span else conv.rank):
@@ -473,7 +354,7 @@ def _pack_patches(code: Writer, conv: _Convolution, x: Operand,
             code.line(f"const int64_t __q{d} = {conv.position(d, f'__p{d}', f'__k{d}')};",
                       f"if (!({conv.valid(d, f'__q{d}')})) {{ std::memset(__dst, 0, "
                       f"{below}LL * {size}); __dst += {below}LL; continue; }}")
-            offsets.append(conv.lhs_offset(d, f"__q{d}", x))
+            offsets.append(conv.lhs_offset(d, f"__q{d}", x.strides))
         if span:  # the taps from __lo to __hi of [first, end) are inside the lhs
             first, end = taps(last)
             extent = conv.lhs_shape[conv.lhs_spatial[last]]
@@ -502,7 +383,7 @@ def _pack_patches(code: Writer, conv: _Convolution, x: Operand,
         code.line(f"__dst += {group_in}LL;")
 
 
-def _multiply(code: Writer, conv: _Convolution, accumulate: ElementType, layout: str | None,
+def _multiply(code: Writer, conv: Convolution, accumulate: ElementType, layout: str | None,
               slab: tuple[str, str, str], width: int,
               strides: tuple[int, int, int | None, int]) -> None:
     """C++: the GEMM of the patch matrix (rows of ``width``; the taps of ``slab``) and the
@@ -538,7 +419,7 @@ def _multiply(code: Writer, conv: _Convolution, accumulate: ElementType, layout:
                       f"__wg, {group_out}, __pt, {width}, {beta}, {out}, {feature_stride});")
 
 
-def _scatter(code: Writer, conv: _Convolution, accumulate: ElementType,
+def _scatter(code: Writer, conv: Convolution, accumulate: ElementType,
              result: ElementType, feature_stride: int) -> None:
     """C++ that stores the scratch block's rows into the result (rounded to its type)."""
     out_strides = row_major(conv.out_shape)

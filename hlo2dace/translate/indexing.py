@@ -42,9 +42,6 @@ from .registry import register
 from .shape import clamped_starts
 from .windows import box, replaces, strided_window, windows
 
-#: such updates run in parallel with atomics only into results this large, where they
-#: rarely meet and wait for memory anyway; one thread updates a cached result faster
-ATOMIC_MIN_BYTES = 1 << 20
 #: the fewest window elements of a scatter that one map iteration updates (see ``_plan``)
 CHUNK = 64
 
@@ -413,7 +410,7 @@ def scatter(b: Builder, op: ir.Op) -> list[Binding]:
     result_bytes = targets[0].type.size * elements[0].storage_numpy.itemsize
     worth_threads = schedule_for(update_shape) != dace.ScheduleType.Sequential
     atomic = (worth_threads and n == 1 and _order_free(op.regions[0], elements[0])
-              and result_bytes >= ATOMIC_MIN_BYTES)
+              and result_bytes >= b.machine.atomic_min_bytes)
     parallel, chunk = _plan(op, numbers, window_of, atomic)
     if not worth_threads:  # one thread: the plain loop nest
         parallel, chunk = (), 0

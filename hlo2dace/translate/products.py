@@ -1,6 +1,7 @@
 """What a ``dot_general`` is, before anything is emitted: its dimensions as a product of
 matrices (``Product``), the element type XLA computes it in, whether it is a matrix times
-a vector (``Matvec``), and the kernels that may compute it (``kernel``). The plan passes
+a vector (``Matvec``), and the kernels that may compute it (``kernel``; a convolution's:
+``convolution_kernel``). The plan passes
 decide from these facts (``plan/products.py``, ``plan/matvec.py``); the translators
 (``linalg.py``, ``blas.py``) lower what was decided.
 
@@ -22,6 +23,7 @@ import ml_dtypes
 from .. import ir, symbolic
 from ..machine import (
     EIGEN_ORDER_WORK,
+    NARROW_GROUPS,
     PARALLEL_PRODUCT_WORK,
     SKINNY_PART,
     SKINNY_SIDE,
@@ -30,6 +32,7 @@ from ..machine import (
 )
 from ..plan.annotations import ProductKernel
 from . import dtypes
+from .convolution_numbers import Convolution
 from .dtypes import ElementType
 
 #: element types OpenBLAS multiplies, with the letter of their cblas routines
@@ -285,3 +288,19 @@ def kernel(op: ir.Op, machine: Machine, tuned: bool) -> ProductKernel | None:
             and m * n * k >= PARALLEL_PRODUCT_WORK and parts > 1):
         return ProductKernel("skinny_gemm", parts)
     return ProductKernel("blas")
+
+
+def convolution_kernel(op: ir.Op, machine: Machine, tuned: bool) -> ProductKernel:
+    """How the convolution ``op`` is computed: ``"blas"`` (im2col and GEMMs) where OpenBLAS
+    multiplies its accumulation type, else ``"loops"`` (the loop nest). ``tuned`` adds
+    what is faster on ``machine``: the loop nest for depthwise convolutions and for those
+    too small for a BLAS call to pay off."""
+    conv = Convolution.of(op)
+    accumulate = accumulated(types(op)[3])
+    blas = (accumulate.element in BLAS_TYPES and machine.blas == "OpenBLAS"
+            and max(conv.depth, conv.group_out, conv.rows) <= BLAS_INT_MAX)
+    if blas and tuned:
+        work = conv.rows * conv.group_out * conv.depth
+        blas = (conv.group_in * conv.group_out >= NARROW_GROUPS
+                and (accumulate.is_complex or work > SMALL_PRODUCT))
+    return ProductKernel("blas" if blas else "loops")

@@ -239,6 +239,18 @@ namespace cx {
 template <typename R> constexpr R pick(float f, double d) {
     if constexpr (std::is_same_v<R, float>) return f; else return (R)d;
 }
+// The expander's hypot: max * sqrt(1 + (min / max)^2); max * (1 + r / 2) where that
+// square root rounds to 1 though r = (min / max)^2 > 0; sqrt(2) max where min == max.
+template <typename R> inline R hypot_(R a, R b) {
+    const R big = max_(a, b);
+    const R small = min_(a, b);
+    const R quotient = small / big;
+    const R r = quotient * quotient;
+    const R root = std::sqrt(R(1) + r);
+    const R if_rounded = big + (big * r) * (R(1) / R(2));
+    const R general = root == R(1) && r > R(0) ? if_rounded : big * root;
+    return big == small ? pick<R>(0x1.6a09e6p+0f, 0x1.6a09e667f3bcdp+0) * big : general;
+}
 template <typename R> inline std::complex<R> sqrt(std::complex<R> z) {
     const R v0 = pick<R>(0x1.19435c0000000p+1f, 0x1.19435caffa9f9p+1);
     const R v1 = std::numeric_limits<R>::infinity();
@@ -254,25 +266,8 @@ template <typename R> inline std::complex<R> sqrt(std::complex<R> z) {
     const R v11 = std::fabs(v10);
     const bool v12 = v9 == v11;
     const R v13 = std::sqrt(v9);
-    const R v14 = v13 * v5;
     const R v15 = v13 * (v5 * (R(1) / v4));
-    const R v16 = max_(v9, v11);
-    const R v17 = min_(v9, v11);
-    const bool v18 = v16 == v17;
-    const R v19 = v4 * v16;
-    const R v20 = v17 / v16;
-    const R v21 = v20 * v20;
-    const R v22 = v3 + v21;
-    const R v23 = std::sqrt(v22);
-    const bool v24 = v23 == v3;
-    const bool v25 = v21 > v6;
-    const bool v26 = v24 && v25;
-    const R v27 = v16 * v21;
-    const R v28 = v27 * (R(1) / v2);
-    const R v29 = v16 + v28;
-    const R v30 = v16 * v23;
-    const R v31 = v26 ? v29 : v30;
-    const R v32 = v18 ? v19 : v31;
+    const R v32 = hypot_(v9, v11);
     const R v33 = v32 * (R(1) / v2);
     const R v34 = v9 * (R(1) / v2);
     const R v35 = v33 + v34;
@@ -287,23 +282,7 @@ template <typename R> inline std::complex<R> sqrt(std::complex<R> z) {
     const R v44 = v41 ? v42 : v43;
     const R v45 = v12 ? v3 : v44;
     const R v46 = std::fabs(v45);
-    const R v47 = max_(v3, v46);
-    const R v48 = min_(v3, v46);
-    const bool v49 = v47 == v48;
-    const R v50 = v4 * v47;
-    const R v51 = v48 / v47;
-    const R v52 = v51 * v51;
-    const R v53 = v3 + v52;
-    const R v54 = std::sqrt(v53);
-    const bool v55 = v54 == v3;
-    const bool v56 = v52 > v6;
-    const bool v57 = v55 && v56;
-    const R v58 = v47 * v52;
-    const R v59 = v58 * (R(1) / v2);
-    const R v60 = v47 + v59;
-    const R v61 = v47 * v54;
-    const R v62 = v57 ? v60 : v61;
-    const R v63 = v49 ? v50 : v62;
+    const R v63 = hypot_(v3, v46);
     const R v64 = v3 + v63;
     const R v65 = std::sqrt(v64);
     const R v66 = v65 * (R(1) / v4);
@@ -342,190 +321,90 @@ template <typename R> inline std::complex<R> sqrt(std::complex<R> z) {
     const std::complex<R> v99(v91, v98);
     return v99;
 }
-template <typename R> inline std::complex<R> log(std::complex<R> z) {
-    const R v0 = R(0x1.0000000000000p+0);
-    const R v1 = R(0x1.0000000000000p-1);
-    const R v2 = R(0x1.0400000000000p+6);
-    const R v3 = R(0x1.0010000000000p+12);
-    const R v4 = pick<R>(0x1.2ced320000000p+126f, 0x1.2ced32a16a1b1p+126);
-    const R v5 = pick<R>(0x1.0000000000000p+27f, 0x1.0000002000000p+27);
-    const R v6 = pick<R>(std::numeric_limits<float>::infinity(), 0x1.1ccf385ebc8a0p+1023);
-    const R v7 = pick<R>(0x1.fffffe0000000p+127f, 0x1.fffffffffffffp+1023);
-    const R v8 = R(-0x1.0000000000000p+0);
-    const R v9 = z.real();
-    const R v10 = z.imag();
-    const R v11 = v10 * v10;
-    const R v12 = v9 * v9;
-    const bool v13 = v11 > v12;
-    const R v14 = v13 ? v11 : v12;
-    const R v15 = v8 + v14;
-    const R v16 = v13 ? v12 : v11;
-    const R v17 = v15 + v16;
-    const R v18 = -v11;
-    const bool v19 = v7 > v6;
-    const bool v20 = v7 > v4;
-    const R v21 = v20 ? v3 : v2;
-    const R v22 = v19 ? v5 : v21;
-    const R v23 = v22 * v10;
-    const R v24 = v10 - v23;
-    const R v25 = v23 + v24;
-    const R v26 = v25 * v25;
-    const R v27 = v18 + v26;
-    const R v28 = v10 - v25;
-    const R v29 = v25 * v28;
-    const R v30 = v27 + v29;
-    const R v31 = v30 + v29;
-    const R v32 = v28 * v28;
-    const R v33 = v31 + v32;
-    const R v34 = v17 + v33;
-    const R v35 = -v12;
-    const R v36 = v22 * v9;
-    const R v37 = v9 - v36;
-    const R v38 = v36 + v37;
-    const R v39 = v38 * v38;
-    const R v40 = v35 + v39;
-    const R v41 = v9 - v38;
-    const R v42 = v38 * v41;
-    const R v43 = v40 + v42;
-    const R v44 = v43 + v42;
-    const R v45 = v41 * v41;
-    const R v46 = v44 + v45;
-    const R v47 = v34 + v46;
-    const R v48 = v15 - v8;
-    const R v49 = v14 - v48;
-    const R v50 = v17 - v15;
-    const R v51 = v16 - v50;
-    const R v52 = v49 + v51;
-    const R v53 = v34 - v17;
-    const R v54 = v33 - v53;
-    const R v55 = v52 + v54;
-    const R v56 = v47 - v34;
-    const R v57 = v46 - v56;
-    const R v58 = v55 + v57;
-    const R v59 = v47 + v58;
-    const R v60 = std::fabs(v59);
-    const bool v61 = v60 < v1;
-    const R v62 = log1p_r(v59);
-    const R v63 = v1 * v62;
-    const R v64 = std::fabs(v9);
-    const R v65 = std::fabs(v10);
-    const R v66 = max_(v64, v65);
-    const R v67 = log_r(v66);
-    const R v68 = min_(v64, v65);
-    const bool v69 = v68 == v66;
-    const R v70 = v68 / v66;
-    const R v71 = v69 ? v0 : v70;
-    const R v72 = v71 * v71;
-    const R v73 = log1p_r(v72);
-    const R v74 = v1 * v73;
-    const R v75 = v67 + v74;
-    const R v76 = v61 ? v63 : v75;
-    const R v77 = std::atan2(v10, v9);
-    const std::complex<R> v78(v76, v77);
-    return v78;
+// The error-free steps of the expander's log and log1p: x * x + square_error(x) is x * x
+// exactly (Dekker's product, x split by Veltkamp's 2^ceil(p / 2) + 1, the constant the
+// expander selects by the type's largest value); s = a + b rounded, a + b is s +
+// two_sum_error(a, b, s) exactly (Knuth), and s + fast_two_sum_error(a, b, s) where
+// |a| >= |b| (Dekker).
+template <typename R> inline R square_error(R x) {
+    const R scaled = pick<R>(0x1.001p+12f, 0x1.0000002p+27) * x;
+    const R high = scaled + (x - scaled);
+    const R low = x - high;
+    const R cross = high * low;
+    return (((-(x * x) + high * high) + cross) + cross) + low * low;
 }
+template <typename R> inline R two_sum_error(R a, R b, R s) {
+    const R b_rounded = s - a;
+    return (a - (s - b_rounded)) + (b - b_rounded);
+}
+template <typename R> inline R fast_two_sum_error(R a, R b, R s) { return b - (s - a); }
+// log|z| is log1p(|z|^2 - 1) / 2 near |z| = 1, with |z|^2 - 1 summed exactly enough by
+// the steps above, else log(max) + log1p((min / max)^2) / 2.
+template <typename R> inline std::complex<R> log(std::complex<R> z) {
+    const R half = R(0.5);
+    const R x = z.real();
+    const R y = z.imag();
+    const R yy = y * y;
+    const R xx = x * x;
+    const R larger = yy > xx ? yy : xx;
+    const R smaller = yy > xx ? xx : yy;
+    const R sum1 = R(-1) + larger;
+    const R sum2 = sum1 + smaller;
+    const R y_error = square_error(y);
+    const R sum3 = sum2 + y_error;
+    const R x_error = square_error(x);
+    const R sum4 = sum3 + x_error;
+    const R errors = ((fast_two_sum_error(R(-1), larger, sum1)
+                       + fast_two_sum_error(sum1, smaller, sum2))
+                      + fast_two_sum_error(sum2, y_error, sum3))
+                     + fast_two_sum_error(sum3, x_error, sum4);
+    const R abs_squared_minus_one = sum4 + errors;
+    const R near_one = half * log1p_r(abs_squared_minus_one);
+    const R ax = std::fabs(x);
+    const R ay = std::fabs(y);
+    const R big = max_(ax, ay);
+    const R log_big = log_r(big);
+    const R small = min_(ax, ay);
+    const R quotient = small / big;
+    const R ratio = small == big ? R(1) : quotient;
+    const R elsewhere = log_big + half * log1p_r(ratio * ratio);
+    const R real = std::fabs(abs_squared_minus_one) < half ? near_one : elsewhere;
+    return std::complex<R>(real, std::atan2(y, x));
+}
+// log|1 + z| is log(max) + log1p((min / max)^2) / 2 for large z, log(|1 + z|^2) / 2 where
+// |1 + z| is small, else log1p(2x + y^2 + x^2) / 2 summed as in log.
 template <typename R> inline std::complex<R> log1p(std::complex<R> z) {
-    const R v0 = R(0x1.0400000000000p+6);
-    const R v1 = R(0x1.0010000000000p+12);
-    const R v2 = pick<R>(0x1.2ced320000000p+126f, 0x1.2ced32a16a1b1p+126);
-    const R v3 = pick<R>(0x1.0000000000000p+27f, 0x1.0000002000000p+27);
-    const R v4 = pick<R>(std::numeric_limits<float>::infinity(), 0x1.1ccf385ebc8a0p+1023);
-    const R v5 = pick<R>(0x1.99999a0000000p-3f, 0x1.999999999999ap-3);
-    const R v6 = R(0x1.0000000000000p+0);
-    const R v7 = R(0x1.0000000000000p-1);
-    const R v8 = pick<R>(0x1.47ae140000000p-7f, 0x1.47ae147ae147bp-7);
-    const R v9 = pick<R>(0x1.fffffe0000000p+127f, 0x1.fffffffffffffp+1023);
-    const R v10 = z.real();
-    const R v11 = std::fabs(v10);
-    const R v12 = z.imag();
-    const R v13 = std::fabs(v12);
-    const R v14 = max_(v11, v13);
-    const R v15 = std::sqrt(v9);
-    const R v16 = v15 * v8;
-    const bool v17 = v14 > v16;
-    const R v18 = log_r(v14);
-    const R v19 = min_(v11, v13);
-    const bool v20 = v19 == v14;
-    const R v21 = v19 / v14;
-    const R v22 = v21 * v21;
-    const R v23 = v20 ? v6 : v22;
-    const R v24 = log1p_r(v23);
-    const R v25 = v7 * v24;
-    const R v26 = v18 + v25;
-    const R v27 = v10 + v6;
-    const R v28 = std::fabs(v27);
-    const R v29 = v28 + v13;
-    const bool v30 = v29 < v5;
-    const R v31 = v27 * v27;
-    const R v32 = v12 * v12;
-    const R v33 = v31 + v32;
-    const R v34 = log_r(v33);
-    const R v35 = v7 * v34;
-    const R v36 = v10 + v10;
-    const R v37 = v36 + v32;
-    const R v38 = v10 * v10;
-    const R v39 = v37 + v38;
-    const R v40 = -v32;
-    const bool v41 = v9 > v4;
-    const bool v42 = v9 > v2;
-    const R v43 = v42 ? v1 : v0;
-    const R v44 = v41 ? v3 : v43;
-    const R v45 = v44 * v12;
-    const R v46 = v12 - v45;
-    const R v47 = v45 + v46;
-    const R v48 = v47 * v47;
-    const R v49 = v40 + v48;
-    const R v50 = v12 - v47;
-    const R v51 = v47 * v50;
-    const R v52 = v49 + v51;
-    const R v53 = v52 + v51;
-    const R v54 = v50 * v50;
-    const R v55 = v53 + v54;
-    const R v56 = v39 + v55;
-    const R v57 = -v38;
-    const R v58 = v44 * v10;
-    const R v59 = v10 - v58;
-    const R v60 = v58 + v59;
-    const R v61 = v60 * v60;
-    const R v62 = v57 + v61;
-    const R v63 = v10 - v60;
-    const R v64 = v60 * v63;
-    const R v65 = v62 + v64;
-    const R v66 = v65 + v64;
-    const R v67 = v63 * v63;
-    const R v68 = v66 + v67;
-    const R v69 = v56 + v68;
-    const R v70 = v37 - v36;
-    const R v71 = v37 - v70;
-    const R v72 = v36 - v71;
-    const R v73 = v32 - v70;
-    const R v74 = v72 + v73;
-    const R v75 = v39 - v37;
-    const R v76 = v39 - v75;
-    const R v77 = v37 - v76;
-    const R v78 = v38 - v75;
-    const R v79 = v77 + v78;
-    const R v80 = v74 + v79;
-    const R v81 = v56 - v39;
-    const R v82 = v56 - v81;
-    const R v83 = v39 - v82;
-    const R v84 = v55 - v81;
-    const R v85 = v83 + v84;
-    const R v86 = v80 + v85;
-    const R v87 = v69 - v56;
-    const R v88 = v69 - v87;
-    const R v89 = v56 - v88;
-    const R v90 = v68 - v87;
-    const R v91 = v89 + v90;
-    const R v92 = v86 + v91;
-    const R v93 = v69 + v92;
-    const R v94 = log1p_r(v93);
-    const R v95 = v7 * v94;
-    const R v96 = v30 ? v35 : v95;
-    const R v97 = v17 ? v26 : v96;
-    const R v98 = std::atan2(v12, v27);
-    const std::complex<R> v99(v97, v98);
-    return v99;
+    const R half = R(0.5);
+    const R x = z.real();
+    const R ax = std::fabs(x);
+    const R y = z.imag();
+    const R ay = std::fabs(y);
+    const R big = max_(ax, ay);
+    const bool large = big > std::sqrt(std::numeric_limits<R>::max())
+                                 * pick<R>(0x1.47ae14p-7f, 0x1.47ae147ae147bp-7);
+    const R log_big = log_r(big);
+    const R small = min_(ax, ay);
+    const R quotient = small / big;
+    const R ratio_squared = quotient * quotient;
+    const R if_large = log_big + half * log1p_r(small == big ? R(1) : ratio_squared);
+    const R x1 = x + R(1);
+    const bool near_minus_one = std::fabs(x1) + ay < pick<R>(0x1.99999ap-3f, 0x1.999999999999ap-3);
+    const R yy = y * y;
+    const R if_near_minus_one = half * log_r(x1 * x1 + yy);
+    const R twice_x = x + x;
+    const R sum1 = twice_x + yy;
+    const R xx = x * x;
+    const R sum2 = sum1 + xx;
+    const R y_error = square_error(y);
+    const R sum3 = sum2 + y_error;
+    const R x_error = square_error(x);
+    const R sum4 = sum3 + x_error;
+    const R errors = ((two_sum_error(twice_x, yy, sum1) + two_sum_error(sum1, xx, sum2))
+                      + two_sum_error(sum2, y_error, sum3))
+                     + two_sum_error(sum3, x_error, sum4);
+    const R otherwise = half * log1p_r(sum4 + errors);
+    const R real = large ? if_large : near_minus_one ? if_near_minus_one : otherwise;
+    return std::complex<R>(real, std::atan2(y, x1));
 }
 template <typename R> inline std::complex<R> exp(std::complex<R> z) {
     const R v0 = R(0x0.0p+0);
