@@ -425,13 +425,15 @@ def _report(output: str | None, results, timings: dict | None = None) -> int:
 
 
 def median_rank_seconds(call) -> float:
-    """The median time of ``call`` on all ranks together (each timing ends when the slowest
-    rank is done: every rank runs the same calls)."""
+    """The median time of ``call`` on all ranks together: each timing ends when the slowest
+    rank is done, and rank 0 decides for all whether to time it again (a rank whose own
+    clock said one call more would wait for the others in its collectives for ever)."""
     from . import mpi
     from .compare import median_seconds
 
     world = mpi.world()
-    return median_seconds(lambda: (call(), world.Barrier()))
+    return median_seconds(lambda: (call(), world.Barrier()),
+                          agreed=lambda more: world.bcast(more, root=0))
 
 
 def _run(args) -> int:

@@ -321,10 +321,13 @@ def keep_freed_memory() -> None:
 
 
 def median_seconds(call: Callable[..., Any], budget: float = 0.5, max_runs: int = 200,
-                   setup: Callable[[], Any] | None = None) -> float:
+                   setup: Callable[[], Any] | None = None,
+                   agreed: Callable[[bool], bool] = bool) -> float:
     """The median time of ``call()`` over at least 5 runs and up to ``budget`` seconds,
     after one warm-up run. With ``setup``, each run times ``call(setup())`` without the
-    setup (fresh copies of arguments that a kernel overwrites)."""
+    setup (fresh copies of arguments that a kernel overwrites). ``agreed(more)``: whether
+    to run again, from this process's wish (the ranks of an MPI job decide together, or
+    one runs a collective call more often than the others and the job hangs)."""
     def once() -> float:
         arguments = () if setup is None else (setup(),)
         start = time.perf_counter()
@@ -334,7 +337,8 @@ def median_seconds(call: Callable[..., Any], budget: float = 0.5, max_runs: int 
     once()  # warm up
     times = []
     deadline = time.perf_counter() + budget
-    while len(times) < 5 or (time.perf_counter() < deadline and len(times) < max_runs):
+    while agreed(len(times) < 5 or (time.perf_counter() < deadline
+                                    and len(times) < max_runs)):
         times.append(once())
     return statistics.median(times)
 

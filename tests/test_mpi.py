@@ -171,6 +171,30 @@ def test_a_failing_rank_aborts_the_job(tmp_path):
     assert "RuntimeError: broken input on this rank" in done.stderr
 
 
+def test_ranks_time_a_collective_call_the_same_number_of_times(tmp_path):
+    """``run --ranks N --time`` times a program with collectives on every rank: rank 1's
+    clock says its budget is spent at once, rank 0's that it has time for more calls;
+    they still make the same calls (rank 0 decides), where each rank deciding by its own
+    clock left one waiting in a collective for ever."""
+    script = _script(tmp_path, """
+        import itertools
+        import time
+        from hlo2dace import cli, mpi
+        world = mpi.world()
+        if mpi.rank() == 1:
+            real, ticks = time.perf_counter, itertools.count()
+            time.perf_counter = lambda: real() + 1000.0 * next(ticks)
+        calls = []
+        cli.median_rank_seconds(lambda: calls.append(world.allreduce(1)))
+        print("calls", mpi.rank(), len(calls), flush=True)
+    """)
+    done = mpirun(2, sys.executable, script, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    counts = {line.split()[1]: int(line.split()[2]) for line in done.stdout.splitlines()
+              if line.startswith("calls")}
+    assert counts.keys() == {"0", "1"} and counts["0"] == counts["1"] > 6, done.stdout
+
+
 def test_a_mesh_larger_than_the_job_names_the_command(tmp_path):
     """A module for 4 processes in a job of 2: every rank gets the command to launch."""
     script = _script(tmp_path, """
