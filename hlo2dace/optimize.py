@@ -1,12 +1,14 @@
 """Optimisation levels: what ``hlo2dace.jit(f, optimize=...)`` changes in the generated code.
 
-Most of the speed comes from how the builder emits code, so the levels choose between ways
-of emitting, plus the C++ flags. Every level keeps StableHLO's semantics (NaN, infinities,
-signed zeros, integer wrap-around); the whole test suite passes at each
-(``HLO2DACE_OPTIMIZE=none make test``).
+A level picks the passes of the pipeline (``pipeline.py``) and their options, plus the C++
+flags. Every level keeps StableHLO's semantics (NaN, infinities, signed zeros, integer
+wrap-around); the whole test suite passes at each (``HLO2DACE_OPTIMIZE=none make test``).
 
-* ``none``: one map per elementwise op, every intermediate value in an array. The
-  translation as plainly as it can be written: a baseline for debugging and measuring.
+* ``none``: no pass runs: one map per elementwise op, every intermediate value in an array,
+  each op lowered by its translator alone. The plain lowering: a baseline for debugging and
+  measuring, and where a user's own transformations start. Its one difference in results:
+  where XLA contracts ``a * b + c`` into a fused multiply-add, the product is rounded first
+  (within half an ULP of the product and one of the result).
 * ``default``: elementwise ops of one shape fuse into one map, each value a C++ local;
   slices, broadcasts and transposes of values not yet written are recomputed by their
   elementwise readers (up to 24 ops per read), as XLA fuses cheap producers into their

@@ -40,6 +40,25 @@ def private_cache(monkeypatch, tmp_path):
     return tmp_path / "cache"
 
 
+# ---------------------------------------------------------------- levels
+
+@pytest.fixture(autouse=True)
+def _pipeline_level(request, monkeypatch):
+    """A test marked ``pipeline`` checks what the default pipeline's passes do (the code
+    they generate, XLA's contracted bits): where the suite runs at the plain lowering
+    (``HLO2DACE_OPTIMIZE=none``: no pass), it runs at the default level."""
+    if request.node.get_closest_marker("pipeline") \
+            and os.environ.get("HLO2DACE_OPTIMIZE") == "none":
+        monkeypatch.setenv("HLO2DACE_OPTIMIZE", "default")
+
+
+def pytest_collection_modifyitems(items):
+    """Every test of a pass (``test_pass_<name>.py``) is a ``pipeline`` test."""
+    for item in items:
+        if item.path.name.startswith("test_pass_"):
+            item.add_marker("pipeline")
+
+
 # ---------------------------------------------------------------- checks per test
 
 #: checks made by the test now running (its call phase)
@@ -85,6 +104,8 @@ def pytest_configure(config):
     source's time and size only: one written before the assertion hook was enabled would
     count no ``assert``. Such files (they never name the hook's helper) are removed, so
     that pytest rewrites their modules again."""
+    config.addinivalue_line("markers", "pipeline: checks what the default pipeline's passes "
+                            "do; under HLO2DACE_OPTIMIZE=none it runs at the default level")
     for cached in (Path(__file__).parent / "__pycache__").glob("*-pytest-*.pyc"):
         try:
             if b"_call_assertion_pass" not in cached.read_bytes():

@@ -505,6 +505,7 @@ def test_compile_text_of_a_lowering_or_an_export_keeps_the_functions_structure(t
         _ = flat.out_info
 
 
+@pytest.mark.pipeline
 def test_cost_analysis_counts_flops_as_xla_and_bytes_as_the_program_moves_them():
     """Flops and transcendentals as XLA counts them (a product, a convolution, a
     reduction, elementwise ops); the bytes are the fused program's: ``exp(x) * 2 + 1`` reads

@@ -161,6 +161,7 @@ def test_state_pointers_are_read_through_restricted_locals():
         internal[len(STATE):]  # no state struct: nothing to do
 
 
+@pytest.mark.pipeline
 def test_loops_over_program_arrays_vectorise(private_cache):
     """A map that reads two arrays the program keeps (here carried through a loop) and
     writes a third reaches them through restricted locals."""
@@ -293,6 +294,7 @@ def test_a_shared_block_reads_bool_arrays_it_only_indexes_as_bytes():
     assert "__h2d_shared0_p(n, x, __state->__0_n, __state->__0_m);" in main
 
 
+@pytest.mark.pipeline
 def test_an_outlined_scope_reads_bool_arrays_it_only_indexes_as_bytes(private_cache):
     """NPBench's mandelbrot2: a loop unrolled twice selects complex values by a carried
     mask, so its map is outlined (``sdfg_repeats``). The function reads the mask as
@@ -334,6 +336,7 @@ def repeated_layers(x, ws):
     return x
 
 
+@pytest.mark.pipeline
 @pytest.mark.parametrize("variant", ["outlined", "shared"])
 def test_repeated_layers_compute_the_same_bits_compiled_once(private_cache, monkeypatch,
                                                              variant):

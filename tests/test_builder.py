@@ -5,6 +5,7 @@ checked on the SDFG itself (no timing in unit tests)."""
 import dace
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import hlo2dace
 
@@ -105,6 +106,7 @@ def test_views_compose_without_copies():
     assert_matches_jax(f, x)
 
 
+@pytest.mark.pipeline
 def test_a_value_read_twice_at_one_point_counts_once_toward_recomputing():
     """NPBench's hdiff: a limited flux ``where(r * d > 0, 0, r)`` reads ``r`` (itself built
     from a Laplacian at two offsets) twice at one point, and the result reads each flux at

@@ -192,6 +192,7 @@ func.func @main(%x: tensor<2x12x10x8x{element}>, %w: tensor<3x4x8x6x{element}>)
 # -------------------------------------------------------------------------- groups
 
 
+@pytest.mark.pipeline
 @pytest.mark.parametrize("numbers", [NHWC, NCHW], ids=lambda n: n[0])
 def test_feature_groups(numbers):
     """feature_group_count: depthwise (one input feature per group, with and without a
@@ -224,6 +225,7 @@ def test_feature_groups(numbers):
     check(f, x, depthwise, multiplier, grouped)
 
 
+@pytest.mark.pipeline
 def test_batch_groups():
     """batch_group_count: the lhs batch split into groups, each convolved with its group of
     output features (as many groups as batch elements, and fewer; GEMMs per group and the
@@ -464,6 +466,7 @@ def test_dynamic_conv():
 # --------------------------------------------------------------------------- paths
 
 
+@pytest.mark.pipeline
 def test_paths():
     """Which path a convolution takes: GEMMs for f32/f64 (and bf16, converted) layers, the
     loop nest for integers, for layers too small for a BLAS call and for depthwise ones."""

@@ -907,6 +907,7 @@ CONTRACTIONS = {
 }
 
 
+@pytest.mark.pipeline
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_id)
 def test_products_are_contracted_where_xla_contracts_them(dtype):
     """Bit for bit: where the machine has FMA, XLA rounds ``a*b+c`` once unless the

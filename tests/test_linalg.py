@@ -546,6 +546,7 @@ def test_blas_calls(dtype):
     assert_matches_jax(f, x, y, u, long, batch, rtol=rtol, atol=rtol)
 
 
+@pytest.mark.pipeline
 @pytest.mark.parametrize("dtype", (np.float32, np.float64, np.complex128), ids=dtype_id)
 def test_skinny_products_share_out_their_long_side(dtype):
     """A product with a side of at most 32 and millions of multiply-adds (a small batch
@@ -591,6 +592,7 @@ def _scaled_products(scale, a, b, c, x, v):
             "dot": scale * v @ v, "constant": 2.5 * a @ b}
 
 
+@pytest.mark.pipeline
 def test_scalar_factors_reach_blas_as_alpha():
     """What BLAS receives for ``_scaled_products``, for each dtype and factor: a finite,
     nonzero factor is the alpha of the gemm calls (lhs, rhs) and of the gemv, whose
@@ -915,6 +917,7 @@ MATRIX_VECTOR_PAIRS = {
 }
 
 
+@pytest.mark.pipeline
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=dtype_id)
 @pytest.mark.parametrize("case", sorted(MATRIX_VECTOR_PAIRS))
 @pytest.mark.parametrize("shape", [(900, 700), (31, 40)], ids=str)
@@ -996,6 +999,7 @@ def _gemv_reads(calls, arguments) -> tuple[list[int], set[int], bool]:
     return [c.sizes[0] for c in gemvs], matrices, bool(matrices & set(arguments))
 
 
+@pytest.mark.pipeline
 def test_what_blas_reads_of_a_computed_matrix():
     """For each computed matrix of 900 x 700 doubles: a blocked one reaches gemv a block
     of rows at a time, all rows once, from buffers that are no argument; a written one
@@ -1025,6 +1029,7 @@ def _assert_product_matches_jax(fun, args, dtype):
                        atol=64 * float(np.finfo(dtype).eps) * peak)
 
 
+@pytest.mark.pipeline
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=dtype_id)
 @pytest.mark.parametrize("case", sorted(COMPUTED_MATRICES))
 @pytest.mark.parametrize("shape", [(900, 700), (31, 40)], ids=str)
@@ -1044,6 +1049,7 @@ def test_a_computed_matrix_times_a_vector_is_never_written(case, shape, dtype):
 
 @pytest.mark.parametrize("case", ["rows weighted, a transcendental",
                                   "vector first, rows dotted with it"])
+@pytest.mark.pipeline
 def test_a_computed_matrix_shared_out_in_parts(case):
     """Built for three threads, the blocks of a computed matrix are three parts, each with
     its own buffer (and, where rows are weighted, its own partial sums): XLA's results on

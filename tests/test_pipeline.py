@@ -51,6 +51,7 @@ def test_unknown_pass_names_are_an_argument_error():
         hlo2dace.jit(lambda x: x, disable_passes=["fuse_everything"])
 
 
+@pytest.mark.pipeline
 def test_the_listing_and_a_planned_module_on_the_command_line(tmp_path):
     module = tmp_path / "m.mlir"
     module.write_text("""
@@ -73,6 +74,7 @@ def test_the_listing_and_a_planned_module_on_the_command_line(tmp_path):
     assert "h2d.destinations = " not in done
 
 
+@pytest.mark.pipeline
 def test_disabling_a_pass_on_the_command_line(tmp_path):
     """``run --disable``: the same results, another binary (the pipeline is part of the
     cache key)."""
@@ -138,6 +140,7 @@ def _kernel(shape_a, shape_b, machine: Machine) -> str:
         }}""", "choose_product_kernels", machine=machine)
 
 
+@pytest.mark.pipeline
 def test_decisions_move_with_the_machine():
     """Two machine models (a small 2-core AVX2 desktop, a large 32-core AVX-512 server),
     one program each way: the product kernels, the transposition tiles, the merged rows

@@ -335,6 +335,7 @@ def test_dynamic_slice_clamping(index_dtype):
             assert_arrays_match(expected[key], actual[key], where=f"{key} at {(i, j)}")
 
 
+@pytest.mark.pipeline
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32], ids=dtype_id)
 def test_dynamic_slices_read_by_elementwise_ops_are_read_in_place(dtype):
     """NPBench's vadv: a loop reads planes ``u[:, :, k]`` of arrays it does not write.
@@ -360,6 +361,7 @@ def test_dynamic_slices_read_by_elementwise_ops_are_read_in_place(dtype):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, ml_dtypes.bfloat16],
                          ids=dtype_id)
+@pytest.mark.pipeline
 def test_rolls_by_traced_shifts_copy_from_the_parts(dtype):
     """``jnp.roll`` by a traced shift is a window of the array laid twice end to end
     (NPBench's durbin rolls a flipped vector every step): the window is copied from the
@@ -530,6 +532,7 @@ def test_transpose_4d(permutation):
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int8, ml_dtypes.bfloat16,
                                    np.complex128], ids=dtype_id)
+@pytest.mark.pipeline
 def test_large_transpositions_run_in_tiles(dtype):
     """Maps that read a large array along another dimension than their innermost one (a
     transpose alone, fused with arithmetic, flattened, and a stack of transposed arrays as
@@ -563,6 +566,7 @@ def test_large_transpositions_run_in_tiles(dtype):
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int8, ml_dtypes.bfloat16,
                                    np.complex64], ids=dtype_id)
+@pytest.mark.pipeline
 def test_short_rows_run_as_one_loop(dtype):
     """A map whose innermost dimension is short runs it and the one around it as one loop
     where every array it moves along them is contiguous in both (an elementwise
@@ -599,6 +603,7 @@ def test_short_rows_run_as_one_loop(dtype):
     assert len(marked) == 1 and len(marked[0]) < 3 and np.prod(marked[0]) == 3000, marked
 
 
+@pytest.mark.pipeline
 @pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int32], ids=dtype_id)
 def test_tiny_rows_of_slices_run_the_longer_loop_innermost(dtype):
     """A map whose innermost loop is at most ``machine.tiny_row`` long and whose arrays are
@@ -711,6 +716,7 @@ def test_concatenate_one_access_node():
 
 @pytest.mark.parametrize("dtype", [np.float32, np.int64, np.complex128, ml_dtypes.bfloat16,
                                    np.bool_], ids=dtype_id)
+@pytest.mark.pipeline
 def test_reshapes_read_in_place_by_elementwise_ops(dtype):
     """A reshape that moves elements across dimensions (a transpose made flat, a repeat, a
     strided slice regrouped, a reshape of a reshape) and that only elementwise ops read is
@@ -747,6 +753,7 @@ def test_reshapes_read_in_place_by_elementwise_ops(dtype):
         assert_matches_jax(others, x, y, rtol=1e-2 if dtype == ml_dtypes.bfloat16 else 1e-6)
 
 
+@pytest.mark.pipeline
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex128], ids=dtype_id)
 def test_reshapes_of_whole_arrays_read_in_place_by_products(dtype):
     """A reshape of a whole array that only products read (a batch of matrices made one
@@ -774,6 +781,7 @@ def test_reshapes_of_whole_arrays_read_in_place_by_products(dtype):
     assert not [label for label in labels if "reshape" in label], labels
 
 
+@pytest.mark.pipeline
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32], ids=dtype_id)
 def test_products_reshaped_into_results_write_there(dtype):
     """A product whose result only a reshape, or a ``.set`` of every element, brings to

@@ -71,6 +71,7 @@ def test_results_do_not_depend_on_the_thread_count():
             assert np.array_equal(a, b)
 
 
+@pytest.mark.pipeline
 @pytest.mark.parametrize("shape", [(1, 300, 400), (3, 1, 40, 500), (2, 20000, 3)], ids=str)
 def test_short_leading_dimensions_are_shared_out(shape):
     """A parallel map whose first dimensions are short (one element: OpenMP would give the

@@ -19,6 +19,7 @@ import pytest
 
 import hlo2dace
 from hlo2dace.compare import ulp_distance
+from hlo2dace.optimize import level
 
 #: set by ``make test``, which installs everything the suite needs (OpenMPI, mpi4py,
 #: OpenBLAS, LAPACK, FFTW, the console script): there, a missing piece fails its tests
@@ -127,6 +128,18 @@ def assert_arrays_match(expected: Any, actual: Any, *, ulp: float = 0, rtol: flo
         assert bad.size == 0, (
             f"{where}: {len(bad)} of {e.size} elements differ, first at {bad[0]}: got "
             f"{np.atleast_1d(a)[tuple(bad[0])]!r}, XLA gives {np.atleast_1d(e)[tuple(bad[0])]!r}")
+
+
+def contraction_tolerance(products: np.ndarray) -> dict[str, float]:
+    """How far a result may be from XLA's where XLA contracts ``a * b + c`` into one fused
+    multiply-add and ``products`` are the values of ``a * b``: at the plain lowering
+    (``optimize="none"``: no ``contract_multiply_adds``) the product is rounded before it
+    is added, half an ULP of the largest product, and the sum then rounds to a neighbour
+    of XLA's, one ULP of the result; nothing at the other levels."""
+    if level().name != "none":
+        return {}
+    eps = float(np.finfo(products.dtype).eps)
+    return {"atol": float(np.max(np.abs(products))) * eps / 2, "rtol": eps}
 
 
 def assert_matches_jax(fun: Callable, *args, ulp: float = 0, rtol: float = 0.0,
