@@ -293,6 +293,16 @@ def _concrete(lowered, args) -> list:
     return tensor_specs(types, [f"arg{i}" for i in range(len(types))], "argument")
 
 
+def _ended_with_parent() -> None:
+    """In the launcher's child (mpirun): ask Linux for SIGTERM when the launcher dies, so
+    that a killed ``hlo2dace run --ranks`` (by a time limit, say) takes mpirun and
+    its ranks with it instead of leaving them running."""
+    import ctypes
+    import signal
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 def launch(ranks: int, argv: list[str]) -> int:
     """``hlo2dace argv`` as an MPI job of ``ranks`` processes (more ranks than cores are
     allowed: ``--oversubscribe``); its exit status. The ranks share this machine's cores
@@ -310,7 +320,7 @@ def launch(ranks: int, argv: list[str]) -> int:
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // ranks)))
     job = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True,
-                           errors="replace")
+                           errors="replace", preexec_fn=_ended_with_parent)
     error = None
     for line in job.stderr:
         if error is None and line.startswith(ERROR_PREFIX):

@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import numpy as np
@@ -193,6 +194,65 @@ def test_ranks_time_a_collective_call_the_same_number_of_times(tmp_path):
     counts = {line.split()[1]: int(line.split()[2]) for line in done.stdout.splitlines()
               if line.startswith("calls")}
     assert counts.keys() == {"0", "1"} and counts["0"] == counts["1"] > 6, done.stdout
+
+
+def test_a_killed_launcher_takes_its_ranks_with_it(tmp_path):
+    """``hlo2dace run --ranks 2`` of a long loop, its launcher killed (as a time limit
+    kills it): mpirun and both ranks end too, instead of running on."""
+    module = tmp_path / "long_loop.mlir"
+    module.write_text("""
+        func.func @main(%x: tensor<i64>) -> tensor<i64> {
+          %0 = stablehlo.constant dense<0> : tensor<i64>
+          %1:2 = stablehlo.while(%i = %0, %s = %x) : tensor<i64>, tensor<i64>
+            cond {
+              %n = stablehlo.constant dense<4000000000000> : tensor<i64>
+              %c = stablehlo.compare LT, %i, %n : (tensor<i64>, tensor<i64>) -> tensor<i1>
+              stablehlo.return %c : tensor<i1>
+            } do {
+              %one = stablehlo.constant dense<1> : tensor<i64>
+              %j = stablehlo.add %i, %one : tensor<i64>
+              %t = stablehlo.xor %s, %j : tensor<i64>
+              stablehlo.return %j, %t : tensor<i64>, tensor<i64>
+            }
+          %2 = "stablehlo.all_reduce"(%1#1) <{replica_groups = dense<[[0, 1]]>
+              : tensor<1x2xi64>}> ({
+          ^bb0(%a: tensor<i64>, %b: tensor<i64>):
+            %m = stablehlo.add %a, %b : tensor<i64>
+            stablehlo.return %m : tensor<i64>
+          }) : (tensor<i64>) -> tensor<i64>
+          return %2 : tensor<i64>
+        }""")
+    np.savez(tmp_path / "x.npz", arg_0=np.zeros((2,), np.int64))
+
+    def ranks() -> list[int]:
+        found = []
+        for status in Path("/proc").glob("[0-9]*/cmdline"):
+            try:
+                command = status.read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if str(module).encode() in command and b"mpirun" not in command[0]:
+                found.append(int(status.parent.name))
+        return found
+
+    launcher = subprocess.Popen([sys.executable, "-m", "hlo2dace.cli", "run", "--ranks", "2",
+                                 str(module), "--inputs", str(tmp_path / "x.npz")],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while len(ranks()) < 3 and time.monotonic() < deadline:  # the launcher and 2 ranks
+            time.sleep(0.5)
+        assert len(ranks()) == 3, "the job did not start"
+        time.sleep(5)  # the ranks compile and enter the loop
+        launcher.kill()
+        launcher.wait()
+        deadline = time.monotonic() + 60
+        while ranks() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert ranks() == []
+    finally:
+        for pid in ranks():
+            os.kill(pid, 9)
 
 
 def test_a_mesh_larger_than_the_job_names_the_command(tmp_path):
