@@ -163,10 +163,10 @@ def test_source_lines_of_a_text_module_name_its_file(tmp_path, capsys):
     """Ops of a .mlir file written by hand are attributed to its lines, by file name (MLIR
     names text it parses from a string ``-``)."""
     path = tmp_path / "hand.mlir"
-    path.write_text("func.func @main(%x: tensor<64xf32>) -> tensor<64xf32> {\n"
-                    "  %0 = stablehlo.tanh %x : tensor<64xf32>\n"
-                    "  return %0 : tensor<64xf32>\n}\n")
+    path.write_text("func.func @main(%x: tensor<65536xf32>) -> tensor<65536xf32> {\n"
+                    "  %0 = stablehlo.tanh %x : tensor<65536xf32>\n"
+                    "  return %0 : tensor<65536xf32>\n}\n")
     assert cli.main(["profile", str(path), "--budget", "0.05", "--no-progress"]) == 0
     out = capsys.readouterr().out
-    assert "hand.mlir:2  %0 = stablehlo.tanh %x : tensor<64xf32>" in out, out
+    assert "hand.mlir:2  %0 = stablehlo.tanh %x : tensor<65536xf32>" in out, out
     assert "-:2" not in out
