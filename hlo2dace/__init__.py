@@ -21,7 +21,7 @@ configure_devices()  # in an MPI job: one JAX device per rank, before JAX's back
 #: public name -> the module that defines it
 _PUBLIC = {
     "Compiled": "api", "JitFunction": "api", "JitLowered": "api", "Lowered": "api",
-    "Traced": "api", "compile_text": "api", "jit": "api", "lower_text": "api",
+    "Traced": "api", "compile_text": "api", "jit": "api", "load": "api", "lower_text": "api",
     "CompareReport": "compare", "compare": "compare",
     "ArgumentError": "errors", "CompilationError": "errors", "Hlo2DaceError": "errors",
     "JobSizeError": "errors", "ParseError": "errors", "UnsupportedError": "errors",

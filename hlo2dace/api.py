@@ -7,6 +7,7 @@ build (SDFG) -> DaCe compile -> ``Compiled`` -> call with ``x``'s buffer -> ``ja
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import threading
@@ -14,7 +15,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from . import costs, ir, mpi, runtime, sharded, symbolic
+from . import costs, ir, mpi, runtime, sharded, symbolic, user_sdfg
 from .arguments import (
     ARRAY_TYPES,
     LEAF_TYPES,
@@ -82,6 +83,8 @@ class Lowered:
         self._planned: tuple[ir.Module, symbolic.Signature | None] | None = None
         self._translation = None
         self._symbols: tuple[symbolic.SymbolSource, ...] | None = None
+        #: an SDFG given in place of the translated one (``with_sdfg``)
+        self._given_sdfg = None
 
     @property
     def module(self) -> ir.Module:
@@ -98,10 +101,32 @@ class Lowered:
 
     @property
     def key(self) -> str:
+        """The binary's cache key: the module and the options, and the content of an SDFG
+        that a user's transformation made or a user gave (``user_sdfg.py``), which must
+        then be translated to be known."""
+        user = (user_sdfg.content_key(self._translate()[0]),) if self._user_sdfg else ()
         return runtime.cache_key(self._normalized.digest, self._entry or "",
                                  translator_fingerprint(), self.level.name,
                                  self.level.cpu_flags, self.pipeline.key,
-                                 self.options.machine.key())
+                                 self.options.machine.key(), *user)
+
+    @property
+    def _user_sdfg(self) -> bool:
+        return self._given_sdfg is not None or self.options.transform is not None
+
+    def with_sdfg(self, sdfg: Any) -> Lowered:
+        """This module compiled from ``sdfg`` (this one's SDFG transformed, or one loaded
+        from a file) instead of its translation: ``sdfg`` must read and write the arrays
+        the translation does (``user_sdfg.check_signature``). A copy is kept: compiling
+        changes what it compiles."""
+        import dace
+
+        if not isinstance(sdfg, dace.SDFG):
+            raise ArgumentError(f"sdfg must be a dace.SDFG, not a {type(sdfg).__name__}")
+        given = copy.copy(self)
+        given._given_sdfg = user_sdfg.validated(copy.deepcopy(sdfg), "the SDFG given")
+        given._translation = None
+        return given
 
     def as_text(self) -> str:
         """The normalised StableHLO module, in MLIR's generic op form."""
@@ -162,20 +187,38 @@ class Lowered:
             arguments = tensor_specs(data_types([v.type for v in main.arguments]),
                                builder.argument_names, "argument")
             results = tensor_specs(data_types(main.result_types), builder.result_names, "result")
+            if self._user_sdfg:
+                sdfg = self._replaced(sdfg)
             self._translation = (sdfg, arguments, results, builder.constants, signature,
                                  builder.emit.process_values)
         return self._translation
 
+    def _replaced(self, sdfg: Any) -> Any:
+        """The user's SDFG in place of the translated ``sdfg``: the one given, or
+        ``sdfg`` after the options' transformation; checked against ``sdfg``'s
+        signature."""
+        expected = user_sdfg.signature(sdfg)
+        if self._given_sdfg is not None:
+            sdfg = copy.deepcopy(self._given_sdfg)
+        else:
+            with stage("user transformation"):
+                sdfg = user_sdfg.apply(self.options.transform, sdfg, self._name)
+        user_sdfg.check_signature(sdfg, expected, self._name)
+        return sdfg
+
     def as_sdfg(self):
-        """The ``dace.SDFG`` the module translates to (before compilation)."""
-        return self._translate()[0]
+        """A copy of the ``dace.SDFG`` the module translates to, after the options'
+        ``transform`` (for a module given an SDFG, ``with_sdfg``, of that one): to look
+        at, transform and compile (``compile(sdfg=...)``) without changing this module's
+        program."""
+        return copy.deepcopy(self._translate()[0])
 
     def cost_analysis(self) -> dict[str, Any]:
         """``{"flops", "transcendentals", "bytes accessed"}`` of one call, as
         ``jax.stages.Lowered.cost_analysis`` names them: the flops counted on the module's
         ops, the bytes on the SDFG's memlets (``costs.py``). A count that depends on
         symbolic sizes is None (flops) or an expression of them (bytes)."""
-        accessed = costs.bytes_accessed(self.as_sdfg())
+        accessed = costs.bytes_accessed(self._translate()[0])
         if symbolic.has_dynamic_types(self.main):
             flops = transcendentals = None
         else:
@@ -183,11 +226,23 @@ class Lowered:
         return {"flops": flops, "transcendentals": transcendentals,
                 "bytes accessed": float(accessed) if isinstance(accessed, int) else accessed}
 
-    def compile(self) -> Compiled:
-        """Build (or load from the cache) the program. A module whose dynamic shapes
-        cannot stay symbolic gives a program that compiles once per argument shape."""
+    def compile(self, sdfg: Any = None) -> Compiled:
+        """Build (or load from the cache) the program; with ``sdfg``, from that SDFG
+        (``with_sdfg``). A module whose dynamic shapes cannot stay symbolic gives a
+        program that compiles once per argument shape."""
+        if sdfg is not None:
+            return self.with_sdfg(sdfg).compile()
         with stage("cache lookup") as lookup:
-            program = runtime.lookup(self.key)
+            try:
+                key = self.key
+            except symbolic.NeedsSpecialisation as reason:  # translated for the user's SDFG
+                if self._given_sdfg is not None:
+                    raise ArgumentError(
+                        f"an SDFG is given for `{self._name}`, whose dynamic shapes are "
+                        f"compiled once per shape ({reason}): lower it at concrete shapes "
+                        "and give the SDFG of each") from None
+                return Compiled(SpecialisingProgram(self, reason), self, None)
+            program = runtime.lookup(key)
             lookup.note = "not found" if program is None else "found"
         built = False
         if program is None:
@@ -205,7 +260,7 @@ class Lowered:
                 # ``as_sdfg`` translates again
                 self._translation = None
                 with stage("C++ build"):
-                    program = runtime.build(sdfg, self.key, arguments, results, constants,
+                    program = runtime.build(sdfg, key, arguments, results, constants,
                                             self.level.cpu_flags, symbols, checks,
                                             process_values, self.pipeline.code_passes)
                 built = program.built  # False: another process built it meanwhile
@@ -215,8 +270,6 @@ class Lowered:
         """Build a copy of the SDFG, changed by ``adjust`` (the profiler's timers), into
         the private folder ``folder``, outside the cache: what it builds is not the module's
         program. The module's sizes must be known (``specialised``)."""
-        import copy
-
         sdfg, arguments, results, constants, signature, process_values = self._translate()
         if signature is not None and signature.symbols:
             raise ArgumentError("give the sizes of the module's symbolic dimensions")
@@ -893,13 +946,48 @@ def _describe_statics(statics: tuple) -> str:
 
 
 def _options(optimize: Options | str | None, disable_passes: Sequence[str],
-             machine: Machine | None) -> Options:
+             machine: Machine | None, transform: Callable | None) -> Options:
     """``jit``'s options: a level's name (or options already made, as ``compare`` passes)
-    with the passes switched off and the machine added."""
+    with the passes switched off, the machine and the transformation added."""
     given = Options.of(optimize)
     return dataclasses.replace(
         given, disable_passes=tuple(given.disable_passes) + tuple(disable_passes),
-        machine=machine or given.machine)
+        machine=machine or given.machine, transform=transform or given.transform)
+
+
+def unwrap_jit(fun: Callable, static_argnums: int | Sequence[int],
+               static_argnames: str | Sequence[str], optimize: Options | str | None
+               ) -> tuple[Callable, tuple[int, ...], tuple[str, ...], Options | str | None]:
+    """The Python function of ``fun``, its static arguments and options: an
+    ``hlo2dace.jit`` function brings its own where the caller (``compare``, ``profile``)
+    gives none."""
+    if isinstance(fun, JitFunction):
+        static_argnums = static_argnums or fun.static_argnums
+        static_argnames = static_argnames or fun.static_argnames
+        optimize = optimize or fun.optimize
+        fun = fun.fun
+    static_argnums = (static_argnums,) if isinstance(static_argnums, int) \
+        else tuple(static_argnums)
+    static_argnames = (static_argnames,) if isinstance(static_argnames, str) \
+        else tuple(static_argnames)
+    return fun, static_argnums, static_argnames, optimize
+
+
+def load(path: Any, like: Lowered) -> Compiled:
+    """The program of the SDFG file ``path`` (``.sdfg`` or ``.sdfgz``, e.g. edited in
+    DaCe's viewer), compiled as the module of ``like`` (``hlo2dace.jit(f).lower(...)``),
+    whose arrays it must read and write: called as ``like.compile()`` would be."""
+    import dace
+
+    if not isinstance(like, Lowered):
+        raise ArgumentError(f"like must be a Lowered (hlo2dace.jit(f).lower(...)), not a "
+                            f"{type(like).__name__}")
+    try:
+        sdfg = dace.SDFG.from_file(str(path))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ArgumentError(f"cannot load an SDFG from {path}: {type(exc).__name__}: "
+                            f"{exc}") from None
+    return like.compile(sdfg=sdfg)
 
 
 def jit(fun: Callable | None = None, *, static_argnums: Sequence[int] = (),
@@ -907,7 +995,7 @@ def jit(fun: Callable | None = None, *, static_argnums: Sequence[int] = (),
         polymorphic_shapes: Any = None, donate_argnums: Sequence[int] = (),
         in_shardings: Any = None, out_shardings: Any = None, keep_unused: bool = False,
         inline: bool = False, disable_passes: Sequence[str] = (),
-        machine: Machine | None = None):
+        machine: Machine | None = None, transform: Callable[[Any], Any] | None = None):
     """A drop-in for ``jax.jit`` whose compiled code is generated by DaCe. ``optimize``:
     "none", "default" or "aggressive" (see ``hlo2dace.optimize``; default:
     ``$HLO2DACE_OPTIMIZE``, else "default"). ``polymorphic_shapes``: the specifications
@@ -921,20 +1009,26 @@ def jit(fun: Callable | None = None, *, static_argnums: Sequence[int] = (),
     ``jax.jit``'s (hlo2dace keeps every argument, used or not; ``inline`` applies where
     JAX traces the function into another, e.g. under ``jax.jit``). ``disable_passes``:
     passes of the pipeline not to run (``hlo2dace passes`` lists them); ``machine``: the
-    machine model to tune for (``hlo2dace.machine``; default: this one)."""
+    machine model to tune for (``hlo2dace.machine``; default: this one). ``transform``: a
+    function of the translated ``dace.SDFG``, run after the pipeline's SDFG passes (with
+    ``optimize="none"``, on the plain lowering), that changes it in place (DaCe's
+    transformations) or returns another; every program of the function is built from its
+    result, under JAX's transformations too, and cached by its content
+    (``user_sdfg.py``)."""
     if fun is None:
         return functools.partial(jit, static_argnums=static_argnums,
                                  static_argnames=static_argnames, optimize=optimize,
                                  polymorphic_shapes=polymorphic_shapes,
                                  donate_argnums=donate_argnums, in_shardings=in_shardings,
                                  out_shardings=out_shardings, keep_unused=keep_unused,
-                                 inline=inline, disable_passes=disable_passes, machine=machine)
+                                 inline=inline, disable_passes=disable_passes, machine=machine,
+                                 transform=transform)
     return JitFunction(fun, static_argnums=static_argnums, static_argnames=static_argnames,
-                       optimize=_options(optimize, disable_passes, machine),
+                       optimize=_options(optimize, disable_passes, machine, transform),
                        polymorphic_shapes=polymorphic_shapes, donate_argnums=donate_argnums,
                        in_shardings=in_shardings, out_shardings=out_shardings,
                        keep_unused=keep_unused, inline=inline)
 
 
 __all__ = ["ArgumentError", "Compiled", "JitFunction", "JitLowered", "Lowered", "Traced",
-           "compile_text", "jit", "lower_text"]
+           "compile_text", "jit", "load", "lower_text"]

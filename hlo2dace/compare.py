@@ -402,31 +402,24 @@ def compare(fun: Callable, *args: Any, timing_budget: float = 0.5,
     XLA is ``OK (as exact as XLA)``: the formula, not the translation, loses those digits."""
     import jax
 
-    from .api import JitFunction, jit
+    from .api import jit, unwrap_jit
     from .arguments import as_array
 
     if reference not in (None, "extended"):
         raise ArgumentError(f"reference={reference!r}: the reference is 'extended' (the "
                             "module evaluated in a wider floating-point type) or None")
 
-    if isinstance(fun, JitFunction):
-        static_argnums = static_argnums or fun.static_argnums
-        static_argnames = static_argnames or fun.static_argnames
-        optimize = optimize or fun.optimize
-        fun = fun.fun
-    static_argnums = (static_argnums,) if isinstance(static_argnums, int) \
-        else tuple(static_argnums)
-    static_argnames = (static_argnames,) if isinstance(static_argnames, str) \
-        else tuple(static_argnames)
+    fun, static_argnums, static_argnames, optimize = unwrap_jit(
+        fun, static_argnums, static_argnames, optimize)
     statics = dict(static_argnums=static_argnums, static_argnames=static_argnames)
-    reference = jax.jit(fun, **statics)
+    xla = jax.jit(fun, **statics)
     ours = jit(fun, optimize=optimize, **statics)
     start = time.perf_counter()
     compiled = ours.lower(*args, **kwargs).compile()
     compile_seconds = time.perf_counter() - start
     built = compiled.built
     actual = ours(*args, **kwargs)
-    expected = reference(*args, **kwargs)
+    expected = xla(*args, **kwargs)
     expected_leaves = jax.tree_util.tree_leaves(expected)
     actual_leaves = jax.tree_util.tree_leaves(actual)
     exact, described = [None] * len(expected_leaves), None
@@ -443,8 +436,7 @@ def compare(fun: Callable, *args: Any, timing_budget: float = 0.5,
                     enumerate(zip(expected_leaves, actual_leaves, exact)))
     placed_args, placed_kwargs = place(args, kwargs, static_argnums, static_argnames)
     xla_seconds, dace_seconds = median_pair(
-        checked_placement(lambda: jax.block_until_ready(reference(*placed_args,
-                                                                  **placed_kwargs))),
+        checked_placement(lambda: jax.block_until_ready(xla(*placed_args, **placed_kwargs))),
         lambda: jax.block_until_ready(ours(*placed_args, **placed_kwargs)), timing_budget)
     return CompareReport(outputs, xla_seconds, dace_seconds, compile_seconds, built,
                          described)

@@ -19,7 +19,7 @@ can be switched off by name (``hlo2dace.jit(f, disable_passes=[...])``, ``hlo2da
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from . import ir
 from .errors import ArgumentError
@@ -166,12 +166,15 @@ def pipeline(target: str = "cpu", level: Level | None = None,
 class Options:
     """How one module is compiled: the optimisation level's name (None:
     ``$HLO2DACE_OPTIMIZE``, else ``default``), the passes switched off, the machine model
-    the code is tuned for (None: this machine's) and the target."""
+    the code is tuned for (None: this machine's), the target, and a user's transformation
+    of the SDFG after the pipeline's passes (``user_sdfg.py``; at ``none``, of the plain
+    lowering)."""
 
     optimize: str | None = None
     disable_passes: tuple[str, ...] = ()
     machine: Machine | None = None
     target: str = "cpu"
+    transform: Callable[[Any], Any] | None = None
 
     @classmethod
     def of(cls, given: Options | str | None) -> Options:
@@ -189,7 +192,11 @@ class Options:
             raise ArgumentError(str(exc)) from None
         disabled = (self.disable_passes,) if isinstance(self.disable_passes, str) \
             else tuple(self.disable_passes)
-        resolved = Options(name, disabled, self.machine or current_machine(), self.target)
+        if self.transform is not None and not callable(self.transform):
+            raise ArgumentError(f"transform must be a function of a dace.SDFG, not a "
+                                f"{type(self.transform).__name__}")
+        resolved = Options(name, disabled, self.machine or current_machine(), self.target,
+                           self.transform)
         resolved.pipeline()  # checks the target and the names
         return resolved
 

@@ -438,9 +438,11 @@ def profile(fun: Callable, *args: Any, budget: float = 1.0, static_argnums=(),
     ``.write_html("profile.html")`` writes a report with the SDFG to open in a browser."""
     import jax
 
-    from .api import jit
+    from .api import jit, unwrap_jit
     from .arguments import as_array
 
+    fun, static_argnums, static_argnames, optimize = unwrap_jit(
+        fun, static_argnums, static_argnames, optimize)
     ours = jit(fun, static_argnums=static_argnums, static_argnames=static_argnames,
                optimize=optimize)
     reference = jax.jit(fun, static_argnums=static_argnums, static_argnames=static_argnames)

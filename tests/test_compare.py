@@ -292,3 +292,19 @@ def test_the_reference_through_python():
     assert report.reference.startswith("the module's ops in long double")
     with pytest.raises(hlo2dace.ArgumentError, match="reference='f128'"):
         hlo2dace.compare(_cancelling, x, reference="f128")
+
+
+def test_without_a_reference_nothing_is_evaluated_in_a_wider_type():
+    """compare without ``reference`` computes no extended-precision answer: a program with
+    ops that the reference does not evaluate (a scatter) is compared as any other, and
+    asks for the reference only with ``reference="extended"``."""
+    def scattered(x):
+        return x.at[jnp.array([0, 2, 2])].add(1.5)
+
+    x = np.random.default_rng(3).standard_normal(8)
+    report = hlo2dace.compare(scattered, x, timing_budget=0.01)
+    assert report.ok and report.reference is None
+    assert all(o.xla_from_exact is None for o in report.outputs)
+    with pytest.raises(hlo2dace.UnsupportedError, match="stablehlo.scatter.*compare without "
+                       "the reference"):
+        hlo2dace.compare(scattered, x, reference="extended", timing_budget=0.01)

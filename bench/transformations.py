@@ -1,0 +1,256 @@
+"""DaCe's standard transformations on the SDFGs of a broad set of programs, each result run
+as the JAX function (``hlo2dace.jit(f, transform=...)``) and checked against ``jax.jit``.
+Writes docs/transformations.md: per transformation and program set, how often it applied
+(and the result was right), did not match, refused (raised), failed to build, gave a wrong
+answer, or crashed.
+
+    python bench/transformations.py [--npbench PATH] [--pyhpc PATH]
+        [--levels none default] [--only NAME ...] [--programs SUBSTRING ...] [--sample N]
+
+The programs are ``bench/code_digest.py``'s: every case of ``bench/run.py`` (quick sizes),
+NPBench's JAX ports at S (``--npbench``) and pyhpc at 65,536 and 1,048,576 points
+(``--pyhpc``). Each program runs in a child process of its own (a crash or a hang is
+counted, not fatal), with a cache folder of its own that is removed after it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+DOCS = HERE.parent / "docs"
+#: applications of one transformation to one SDFG, at most: MapTiling and MapInterchange
+#: match their own results again, without end
+BOUND = 8
+#: seconds a program's child process may take, all its transformations together
+TIMEOUT = 900
+OUTCOMES = ("applied", "no match", "refused", "build failed", "wrong", "crashed")
+
+
+def _repeated(name: str, options: dict | None = None):
+    """``name`` (a DaCe transformation) applied up to ``BOUND`` times, each time to its
+    first match."""
+
+    def run(sdfg) -> None:
+        import dace.transformation.dataflow as dataflow
+        import dace.transformation.interstate as interstate
+
+        kind = getattr(dataflow, name, None) or getattr(interstate, name)
+        for _ in range(BOUND):
+            if not sdfg.apply_transformations(kind, options=options, validate=False):
+                break
+
+    return run
+
+
+def _simplify(sdfg) -> None:
+    sdfg.simplify()
+
+
+def _auto_optimize(sdfg) -> None:
+    import dace
+    from dace.transformation.auto.auto_optimize import auto_optimize
+
+    auto_optimize(sdfg, dace.DeviceType.CPU)
+
+
+def _expand_library_nodes(sdfg) -> None:
+    sdfg.expand_library_nodes()
+
+
+#: transformation -> a function of an SDFG that applies it
+TRANSFORMATIONS = {
+    "simplify": _simplify,
+    "MapTiling": _repeated("MapTiling", {"tile_sizes": (32,)}),
+    "MapInterchange": _repeated("MapInterchange"),
+    "MapCollapse": _repeated("MapCollapse"),
+    "MapExpansion": _repeated("MapExpansion"),
+    "MapFusion": _repeated("MapFusionVertical"),
+    "Vectorization": _repeated("Vectorization"),
+    "LoopToMap": _repeated("LoopToMap"),
+    "StateFusion": _repeated("StateFusion"),
+    "InlineSDFG": _repeated("InlineSDFG"),
+    "auto_optimize (CPU)": _auto_optimize,
+    "expand_library_nodes": _expand_library_nodes,
+}
+
+
+def _programs(npbench: Path | None, pyhpc: Path | None):
+    sys.path.insert(0, str(HERE))
+    import code_digest
+
+    return code_digest.programs(npbench, pyhpc)
+
+
+def _names(npbench: Path | None, pyhpc: Path | None) -> list[str]:
+    return [program[0] for program in _programs(npbench, pyhpc)]
+
+
+def _set_of(name: str) -> str:
+    return name.split(":")[0] if name.startswith(("npbench", "pyhpc")) else "bench/run.py"
+
+
+def attempt(function, args, statics: dict, expected, level: str, transformation: str
+            ) -> dict:
+    """``transformation`` on the SDFG of ``function(*args)`` at ``level``, the result run
+    and checked against ``expected`` (``jax.jit``'s): a row with its outcome."""
+    from harness import check
+
+    import hlo2dace
+    from hlo2dace.user_sdfg import TransformationError, content_key
+
+    apply, changed = TRANSFORMATIONS[transformation], []
+
+    def transform(sdfg):
+        before = content_key(sdfg)
+        apply(sdfg)
+        changed.append(content_key(sdfg) != before)
+
+    row = dict(level=level, transformation=transformation)
+    start = time.perf_counter()
+    try:
+        lowered = hlo2dace.jit(function, optimize=level, transform=transform,
+                               **statics).lower(*args)
+        lowered.as_sdfg()  # translated and transformed: was anything changed?
+        if not any(changed):
+            row["outcome"] = "no match"
+        else:
+            verdict = check(expected, lowered.compile()(*args))
+            row["outcome"] = "applied" if verdict["verdict"] == "OK" else "wrong"
+            row["normwise_error"] = verdict["normwise_error"]
+    except TransformationError as exc:
+        row.update(outcome="refused", reason=str(exc)[:300])
+    except Exception as exc:  # hlo2dace's CompilationError, or anything else: a finding
+        row.update(outcome="build failed", reason=f"{type(exc).__name__}: {exc}"[:300])
+    row["seconds"] = round(time.perf_counter() - start, 2)
+    return row
+
+
+def run_program(name: str, npbench: Path | None, pyhpc: Path | None, level: str,
+                only: list[str]) -> None:
+    """In the child process: every transformation on program ``name`` at ``level``, one
+    JSON line per transformation."""
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    program = next(p for p in _programs(npbench, pyhpc) if p[0] == name)
+    _, function, args, static_argnums, static_argnames = program
+    statics = dict(static_argnums=static_argnums, static_argnames=static_argnames)
+    expected = jax.jit(function, **statics)(*args)
+    for transformation in TRANSFORMATIONS:
+        if not only or transformation in only:
+            row = attempt(function, args, statics, expected, level, transformation)
+            print(json.dumps(dict(program=name, **row)), flush=True)
+
+
+def run_all(args) -> list[dict]:
+    names = _names(args.npbench, args.pyhpc)
+    if args.programs:
+        names = [n for n in names if any(s in n for s in args.programs)]
+    if args.sample:
+        names = names[::max(1, len(names) // args.sample)][:args.sample]
+    rows = []
+    for level in args.levels:
+        for name in names:
+            command = [sys.executable, __file__, "--worker", name, "--level", level,
+                       *(["--npbench", str(args.npbench)] if args.npbench else []),
+                       *(["--pyhpc", str(args.pyhpc)] if args.pyhpc else []),
+                       *(["--only", *args.only] if args.only else [])]
+            expected = [t for t in TRANSFORMATIONS if not args.only or t in args.only]
+            with tempfile.TemporaryDirectory(prefix="h2d-transformations-") as cache:
+                env = dict(os.environ, HLO2DACE_CACHE_DIR=cache)
+                try:
+                    done = subprocess.run(command, capture_output=True, text=True,
+                                          timeout=TIMEOUT, env=env)
+                    output, reason = done.stdout, f"exit {done.returncode}: " \
+                        f"{done.stderr.strip().splitlines()[-1:] or ''}"
+                except subprocess.TimeoutExpired as exc:
+                    output, reason = exc.stdout or "", f"timed out after {TIMEOUT} s"
+                    output = output.decode() if isinstance(output, bytes) else output
+            found = [json.loads(line) for line in output.splitlines() if line.startswith("{")]
+            seen = {row["transformation"] for row in found}
+            found += [dict(program=name, level=level, transformation=t, outcome="crashed",
+                           reason=str(reason)[:300]) for t in expected if t not in seen]
+            for row in found:
+                print(f"{level:8} {row['outcome']:12} {row['transformation']:22} {name}",
+                      flush=True)
+            rows += found
+    return rows
+
+
+def write_report(rows: list[dict], args) -> str:
+    from harness import machine
+
+    lines = ["# DaCe's transformations on hlo2dace's SDFGs", "",
+             "Each of DaCe's standard transformations applied to the SDFG of each program "
+             f"(at most {BOUND} times, each time to its first match), the result built and "
+             "run as the JAX function (`hlo2dace.jit(f, transform=...)`) and checked against "
+             "`jax.jit` at the dtype's tolerance. *applied*: it changed the SDFG and the "
+             "answer is right; *no match*: it changed nothing; *refused*: it raised (or left "
+             "an SDFG that DaCe's `validate` rejects), a clean refusal; *build failed*: DaCe "
+             "or the compiler could not build the result; *wrong*: a wrong answer; "
+             "*crashed*: the process died or timed out. Written by `python "
+             "bench/transformations.py`; sampled by `tests/test_user_sdfg.py`.", "",
+             f"Machine: {machine()}. Levels: {', '.join(args.levels)}.", ""]
+    sets = sorted({_set_of(r["program"]) for r in rows})
+    for level in args.levels:
+        lines += [f"## optimize={level}", "",
+                  "| transformation | programs | " + " | ".join(OUTCOMES) + " |",
+                  "|---|---|" + "---|" * len(OUTCOMES)]
+        for transformation in TRANSFORMATIONS:
+            for program_set in sets:
+                found = [r for r in rows if r["level"] == level and
+                         r["transformation"] == transformation and
+                         _set_of(r["program"]) == program_set]
+                if not found:
+                    continue
+                counts = Counter(r["outcome"] for r in found)
+                lines.append(f"| {transformation} | {program_set} ({len(found)}) | " +
+                             " | ".join(str(counts[o]) for o in OUTCOMES) + " |")
+        lines.append("")
+    totals = Counter(r["outcome"] for r in rows)
+    lines += ["Totals: " + ", ".join(f"{totals[o]} {o}" for o in OUTCOMES) + ".", ""]
+    problems = [r for r in rows if r["outcome"] in ("build failed", "wrong", "crashed")]
+    if problems:
+        lines += ["## Failures", "", "| level | transformation | program | outcome | why |",
+                  "|---|---|---|---|---|"]
+        lines += [f"| {r['level']} | {r['transformation']} | {r['program']} | "
+                  f"{r['outcome']} | {r.get('reason', '').replace('|', '/')[:200]} |"
+                  for r in problems]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--npbench", type=Path)
+    parser.add_argument("--pyhpc", type=Path)
+    parser.add_argument("--levels", nargs="+", default=["none", "default"],
+                        choices=["none", "default", "aggressive"])
+    parser.add_argument("--only", nargs="+", choices=list(TRANSFORMATIONS))
+    parser.add_argument("--programs", nargs="+", help="only programs whose name holds one")
+    parser.add_argument("--sample", type=int, help="every k-th program, N of them")
+    parser.add_argument("--rows", type=Path, help="also write the rows as JSON here")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--level", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        run_program(args.worker, args.npbench, args.pyhpc, args.level, args.only or [])
+        return
+    rows = run_all(args)
+    if args.rows:
+        args.rows.write_text(json.dumps(rows, indent=1))
+    (DOCS / "transformations.md").write_text(write_report(rows, args))
+    print((DOCS / "transformations.md").read_text())
+
+
+if __name__ == "__main__":
+    main()
