@@ -98,6 +98,14 @@ def _set_of(name: str) -> str:
     return name.split(":")[0] if name.startswith(("npbench", "pyhpc")) else "bench/run.py"
 
 
+def _first_error(text: str) -> str:
+    """The compiler's first error line in ``text``, else its beginning."""
+    for line in text.splitlines():
+        if "error:" in line:
+            return line.strip()[:300]
+    return text[:300]
+
+
 def attempt(function, args, statics: dict, expected, level: str, transformation: str
             ) -> dict:
     """``transformation`` on the SDFG of ``function(*args)`` at ``level``, the result run
@@ -129,7 +137,7 @@ def attempt(function, args, statics: dict, expected, level: str, transformation:
     except TransformationError as exc:
         row.update(outcome="refused", reason=str(exc)[:300])
     except Exception as exc:  # hlo2dace's CompilationError, or anything else: a finding
-        row.update(outcome="build failed", reason=f"{type(exc).__name__}: {exc}"[:300])
+        row.update(outcome="build failed", reason=_first_error(f"{type(exc).__name__}: {exc}"))
     row["seconds"] = round(time.perf_counter() - start, 2)
     return row
 

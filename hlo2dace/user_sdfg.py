@@ -63,13 +63,35 @@ def apply(transform: Callable[[Any], Any], sdfg: Any, program: str) -> Any:
 
 
 def validated(sdfg: Any, source: str) -> Any:
+    """``sdfg`` if DaCe finds it valid and hlo2dace can build it, else a
+    TransformationError saying why not."""
     from dace.sdfg.validation import InvalidSDFGError
 
     try:
         sdfg.validate()
     except InvalidSDFGError as exc:
         raise TransformationError(f"{source} left an invalid SDFG: {exc}") from exc
+    retyped = _vector_typed_cpp_tasklets(sdfg)
+    if retyped:
+        raise TransformationError(
+            f"{source} gave vector types to connectors of C++ tasklets ({', '.join(retyped)}"
+            "), whose code reads and writes scalars: DaCe's Vectorization retypes the "
+            "connectors but leaves C++ code as written (GCC vectorises hlo2dace's maps "
+            "itself)")
     return sdfg
+
+
+def _vector_typed_cpp_tasklets(sdfg: Any) -> list[str]:
+    """Labels of C++ tasklets with a connector of a vector type (at most five)."""
+    import dace
+
+    found = []
+    for node, _ in sdfg.all_nodes_recursive():
+        if isinstance(node, dace.nodes.Tasklet) and node.language == dace.Language.CPP and any(
+                isinstance(t, dace.vector) for t in
+                (*node.in_connectors.values(), *node.out_connectors.values())):
+            found.append(node.label)
+    return found[:5]
 
 
 def _type(desc: Any) -> str:

@@ -223,10 +223,23 @@ def test_dace_transformations_give_the_right_answer_or_refuse(level):
     for name, function, args in _sampled_programs():
         expected = jax.jit(function)(*args)
         for transformation in ("simplify", "MapTiling", "MapInterchange", "MapCollapse",
-                               "MapExpansion", "StateFusion", "LoopToMap"):
+                               "MapExpansion", "StateFusion", "LoopToMap", "Vectorization"):
             row = transformations.attempt(function, args, {}, expected, level,
                                           transformation)
             rows.append((name, transformation, row["outcome"], row.get("reason")))
     bad = [r for r in rows if r[2] not in ("applied", "no match", "refused")]
     assert not bad, bad
     assert sum(r[2] == "applied" for r in rows) >= len(rows) // 3, rows
+
+
+def test_vectorized_cpp_tasklets_are_refused_before_the_build(inputs):
+    """DaCe's Vectorization gives vector types to the connectors of hlo2dace's C++
+    tasklets and leaves their scalar code: refused with that reason, not a compiler
+    error."""
+    import transformations
+
+    with pytest.raises(TransformationError, match=(
+            r"gave vector types to connectors of C\+\+ tasklets \(.*\), whose code reads "
+            "and writes scalars")):
+        hlo2dace.jit(_model, transform=transformations.TRANSFORMATIONS["Vectorization"])(
+            *inputs)
