@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -95,6 +96,15 @@ def _programs(npbench: Path | None, pyhpc: Path | None):
 
 def _names(npbench: Path | None, pyhpc: Path | None) -> list[str]:
     return [program[0] for program in _programs(npbench, pyhpc)]
+
+
+def left_out(name: str) -> str | None:
+    """Why program ``name`` is not in the table, or None."""
+    if name.endswith(" 1048576"):
+        return ("pyhpc at 1,048,576 points: the same SDFGs as at 65,536 points with arrays "
+                "16 times larger (at optimize=none, isoneutral_mixing's one array per op "
+                "took 20 GB)")
+    return None
 
 
 def _set_of(name: str) -> str:
@@ -198,7 +208,7 @@ def _run_child(name: str, level: str, args) -> list[dict]:
 
 
 def run_all(args) -> list[dict]:
-    names = _names(args.npbench, args.pyhpc)
+    names = [n for n in _names(args.npbench, args.pyhpc) if left_out(n) is None]
     if args.programs:
         names = [n for n in names if any(s in n for s in args.programs)]
     if args.sample:
@@ -223,6 +233,10 @@ def write_report(rows: list[dict], args) -> str:
              "*crashed*: the process died or timed out. Written by `python "
              "bench/transformations.py`; sampled by `tests/test_user_sdfg.py`.", "",
              f"Machine: {machine()}. Levels: {', '.join(args.levels)}.", ""]
+    rows = [r for r in rows if left_out(r["program"]) is None]
+    reasons = sorted({left_out(n) for n in _names(args.npbench, args.pyhpc)} - {None}) \
+        if args.npbench or args.pyhpc else []
+    lines += [f"Left out: {reason}." for reason in reasons] + ([""] if reasons else [])
     sets = sorted({_set_of(r["program"]) for r in rows})
     for level in args.levels:
         lines += [f"## optimize={level}", "",
@@ -263,10 +277,27 @@ def write_report(rows: list[dict], args) -> str:
         lines += ["## Failures", "", "| level | transformation | program | outcome | why |",
                   "|---|---|---|---|---|"]
         lines += [f"| {r['level']} | {r['transformation']} | {r['program']} | "
-                  f"{r['outcome']} | {r.get('reason', '').replace('|', '/')[:200]} |"
-                  for r in problems]
+                  f"{r['outcome']} | {_why(r).replace('|', '/')} |" for r in problems]
         lines.append("")
     return "\n".join(lines)
+
+
+#: what was found out about a failure, by (transformation, program)
+FINDINGS = {
+    ("auto_optimize (CPU)", "npbench: floyd_warshall"):
+        "bisected: every step of auto_optimize before its greedy subgraph fusion "
+        "(`greedy_fuse`) leaves the answer right, that step makes 497 of 576 elements wrong",
+    ("LoopToMap", "npbench: vadv"):
+        "the loop's counter tasklet names the loop variable in its C++ code, which LoopToMap "
+        "renames in the SDFG only",
+}
+
+
+def _why(row: dict) -> str:
+    found = FINDINGS.get((row["transformation"], row["program"]))
+    reason = row.get("reason", "")
+    text = "; ".join(part for part in (found, reason[:200] if reason else None) if part)
+    return re.sub(r"/tmp/[^ :]*/", "", text)  # the build folder's name
 
 
 def main() -> None:
