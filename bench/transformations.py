@@ -128,7 +128,8 @@ def attempt(function, args, statics: dict, expected, level: str, transformation:
     from harness import check
 
     import hlo2dace
-    from hlo2dace.user_sdfg import TransformationError, content_key
+    from hlo2dace import TransformationError
+    from hlo2dace.user_sdfg import content_key
 
     apply, changed = TRANSFORMATIONS[transformation], []
 

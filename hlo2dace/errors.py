@@ -61,6 +61,11 @@ class ArgumentError(Hlo2DaceError, TypeError):
     """Arguments at call time that do not match the compiled signature."""
 
 
+class TransformationError(Hlo2DaceError):
+    """A user's transformation of a program's SDFG raised, or left an SDFG that DaCe finds
+    invalid or hlo2dace cannot build (``user_sdfg.py``)."""
+
+
 class CompilationError(Hlo2DaceError):
     """DaCe or the C++ compiler failed on a translated program (a bug of hlo2dace)."""
 

@@ -24,6 +24,7 @@ a type                          ``TensorType`` / ``TokenType`` / ``TupleType`` .
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Iterator, Mapping, Sequence, Union
@@ -321,6 +322,36 @@ class Module:
         for function in self.functions.values():
             for op in function.ops:
                 yield from op.walk()
+
+
+def live_ops(block: Block, returned: Sequence[int] | None = None) -> list[Op]:
+    """The ops of ``block`` whose results are needed (or that have no results, i.e. are
+    kept for their effects), in order; the terminator is always live. ``returned``: the
+    positions of the terminator's operands that are needed (default: all)."""
+    terminator = block.terminator
+    wanted = terminator.operands if returned is None else [terminator.operands[k]
+                                                           for k in returned]
+    needed: set[str] = {v.name for v in wanted}
+    live = [terminator]
+    for op in reversed(block.ops[:-1]):
+        if not op.results or any(r.name in needed for r in op.results):
+            live.append(op)
+            needed.update(v.name for inner in op.walk() for v in inner.operands)
+    return live[::-1]
+
+
+def collect_uses(ops: Sequence[Op]) -> dict[str, list[Op]]:
+    """Value name -> the ops among ``ops`` that use it, ops nested in regions counted as
+    uses by the top-level op that holds them."""
+    uses: dict[str, list[Op]] = defaultdict(list)
+    for op in ops:
+        seen = set()
+        for inner in op.walk():
+            for operand in inner.operands:
+                if operand.name not in seen:
+                    seen.add(operand.name)
+                    uses[operand.name].append(op)
+    return uses
 
 
 def freeze(mapping: Mapping[str, Any]) -> Mapping[str, Any]:

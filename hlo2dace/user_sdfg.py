@@ -10,15 +10,11 @@ import hashlib
 import json
 from typing import Any, Callable
 
-from .errors import ArgumentError, Hlo2DaceError
+from .errors import ArgumentError, Hlo2DaceError, TransformationError
 
 #: keys of an SDFG's JSON that do not change the code generated from it (DaCe's
 #: ``hash_sdfg`` drops these and also ``instrument`` and ``name``, which do)
 _NOT_CODE = frozenset({"guid", "hash", "transformation_hist", "orig_sdfg", "cfg_list_id"})
-
-
-class TransformationError(Hlo2DaceError):
-    """A user's transformation raised, or left an SDFG that DaCe finds invalid."""
 
 
 def _without(value: Any) -> Any:

@@ -16,7 +16,7 @@ import pytest
 from dace.transformation.dataflow import MapTiling
 
 import hlo2dace
-from hlo2dace.user_sdfg import TransformationError
+from hlo2dace import TransformationError
 
 from util import assert_arrays_match
 

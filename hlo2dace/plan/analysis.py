@@ -4,42 +4,10 @@ op produces each value, which ops read it and where they stand. Nothing here dec
 from __future__ import annotations
 
 import math
-from collections import defaultdict
 from dataclasses import dataclass
-from typing import Sequence
 
 from .. import ir, symbolic
 from ..machine import FEW_OUTPUTS, Machine
-
-
-def live_ops(block: ir.Block, returned: Sequence[int] | None = None) -> list[ir.Op]:
-    """The ops of ``block`` whose results are needed (or that have no results, i.e. are
-    kept for their effects), in order; the terminator is always live. ``returned``: the
-    positions of the terminator's operands that are needed (default: all)."""
-    terminator = block.terminator
-    wanted = terminator.operands if returned is None else [terminator.operands[k]
-                                                           for k in returned]
-    needed: set[str] = {v.name for v in wanted}
-    live = [terminator]
-    for op in reversed(block.ops[:-1]):
-        if not op.results or any(r.name in needed for r in op.results):
-            live.append(op)
-            needed.update(v.name for inner in op.walk() for v in inner.operands)
-    return live[::-1]
-
-
-def collect_uses(ops: Sequence[ir.Op]) -> dict[str, list[ir.Op]]:
-    """Value name -> the ops among ``ops`` that use it, ops nested in regions counted as
-    uses by the top-level op that holds them."""
-    uses: dict[str, list[ir.Op]] = defaultdict(list)
-    for op in ops:
-        seen = set()
-        for inner in op.walk():
-            for operand in inner.operands:
-                if operand.name not in seen:
-                    seen.add(operand.name)
-                    uses[operand.name].append(op)
-    return uses
 
 
 @dataclass(frozen=True)
@@ -55,8 +23,8 @@ class BlockUses:
 
     @classmethod
     def of(cls, block: ir.Block, owner: ir.Op | None = None) -> BlockUses:
-        ops = tuple(live_ops(block))
-        return cls(ops, {r.name: op for op in ops for r in op.results}, collect_uses(ops),
+        ops = tuple(ir.live_ops(block))
+        return cls(ops, {r.name: op for op in ops for r in op.results}, ir.collect_uses(ops),
                    {id(op): k for k, op in enumerate(ops)}, owner)
 
     def producer(self, value: ir.Value) -> ir.Op | None:

@@ -15,7 +15,7 @@ from ..translate.known import counted_loop, known_value
 from ..translate.registry import record
 from ..translate.scopes import is_last_reader, replacements, updates_in_place
 from ..translate.windows import box, replaces, scatter_numbers, strided_window, windows
-from .analysis import BlockUses, collect_uses
+from .analysis import BlockUses
 from .annotations import Destinations, InPlace, ReplacedLater, SwappedCarries, annotated
 from .passes import PassContext, rewrite_blocks
 
@@ -97,7 +97,7 @@ def _chains(block: ir.Block, destinations: dict[str, int]) -> None:
     """Add to ``destinations`` (value name -> function result) the operands of updates,
     loops and same-memory ops on the way to a result (``result_destinations``)."""
     producers = {r.name: op for op in block.ops for r in op.results}
-    uses = collect_uses(block.ops)
+    uses = ir.collect_uses(block.ops)
 
     def written_whole(value: ir.Value) -> bool:
         producer = producers.get(value.name)

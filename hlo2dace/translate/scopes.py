@@ -4,7 +4,7 @@ may happen in an operand's own array. Nothing here emits code."""
 
 from __future__ import annotations
 
-from collections import ChainMap, defaultdict
+from collections import ChainMap
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -31,10 +31,10 @@ class Scope:
     @classmethod
     def of(cls, env: ChainMap, block: ir.Block, destinations=None,
            returned: Sequence[int] | None = None) -> Scope:
-        ops = live_ops(block, returned)
+        ops = ir.live_ops(block, returned)
         producers = {result.name: op for op in ops for result in op.results}
         destinations = dict(destinations or {})
-        uses = collect_uses(ops)
+        uses = ir.collect_uses(ops)
         position = {id(op): k for k, op in enumerate(ops)}
         last_use = {name: max(position[id(user)] for user in users)
                     for name, users in uses.items()}
@@ -52,36 +52,6 @@ class Scope:
     def used_later(self, name: str) -> bool:
         """Whether an op after the one being translated uses the value ``name``."""
         return self.last_use.get(name, -1) > self.now
-
-
-def live_ops(block: ir.Block, returned: Sequence[int] | None = None) -> list[ir.Op]:
-    """The ops of ``block`` whose results are needed (or that have no results, i.e. are
-    kept for their effects), in order; the terminator is always live. ``returned``: the
-    positions of the terminator's operands that are needed (default: all)."""
-    terminator = block.terminator
-    wanted = terminator.operands if returned is None else [terminator.operands[k]
-                                                           for k in returned]
-    needed: set[str] = {v.name for v in wanted}
-    live = [terminator]
-    for op in reversed(block.ops[:-1]):
-        if not op.results or any(r.name in needed for r in op.results):
-            live.append(op)
-            needed.update(v.name for inner in op.walk() for v in inner.operands)
-    return live[::-1]
-
-
-def collect_uses(ops: Sequence[ir.Op]) -> dict[str, list[ir.Op]]:
-    """Value name -> the ops among ``ops`` that use it, ops nested in regions counted as
-    uses by the top-level op that holds them."""
-    uses: dict[str, list[ir.Op]] = defaultdict(list)
-    for op in ops:
-        seen = set()
-        for inner in op.walk():
-            for operand in inner.operands:
-                if operand.name not in seen:
-                    seen.add(operand.name)
-                    uses[operand.name].append(op)
-    return uses
 
 
 def replacements(op: ir.Op) -> dict[int, int]:

@@ -31,7 +31,6 @@ from .cpp import Loop, Writer
 from .emitter import Whole
 from .literals import literal
 from .registry import register
-from .scopes import live_ops
 
 #: a stable sort whose users read at most 1/PARTIAL of each row selects those elements with
 #: a heap instead of sorting the whole row
@@ -79,7 +78,7 @@ def _split(block: ir.Block) -> tuple[list[tuple[ir.Value, int]], ir.Block, list[
         boundary += [(v, min(side[v.name])) for v in op.operands
                      if len(side[v.name]) == 1 and (v, min(side[v.name])) not in boundary]
     comparator = ir.Block(tuple(v for v, _ in boundary), tuple(kept))
-    return boundary, ir.Block(comparator.arguments, tuple(live_ops(comparator))), one_sided
+    return boundary, ir.Block(comparator.arguments, tuple(ir.live_ops(comparator))), one_sided
 
 
 def _signature(block: ir.Block) -> dict[str, object]:
@@ -112,7 +111,7 @@ def _tuples(b: Builder, region: ir.Block, elements: Sequence[dtypes.ElementType]
     computed = ir.Block(region.arguments, tuple(one_sided) + (ir.Op(
         "stablehlo.return", tuple(v for _, v in keys.values()), ()),))
     key_lines, key_expressions = _region(
-        b, ir.Block(region.arguments, tuple(live_ops(computed))),
+        b, ir.Block(region.arguments, tuple(ir.live_ops(computed))),
         [elements[j // 2].load(f"__in{j // 2}[{at}]") for j in range(2 * len(elements))],
         "__key")
     fields = ([f"__in{k}[{at}]" for k in range(len(elements))] + key_expressions
