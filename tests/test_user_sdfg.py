@@ -243,3 +243,31 @@ def test_vectorized_cpp_tasklets_are_refused_before_the_build(inputs):
             "and writes scalars")):
         hlo2dace.jit(_model, transform=transformations.TRANSFORMATIONS["Vectorization"])(
             *inputs)
+
+
+def test_a_later_process_finds_the_transformed_binary(tmp_path):
+    """The cache key of a transformed SDFG is its content, the same in every process: a
+    second process with the same transformation loads the binary the first one built."""
+    import os
+    import subprocess
+
+    script = tmp_path / "tiled.py"
+    script.write_text("""if True:
+        import numpy as np, jax.numpy as jnp, hlo2dace
+        from dace.transformation.dataflow import MapTiling
+
+        def tile(sdfg):
+            sdfg.apply_transformations(MapTiling, options={"tile_sizes": (4,)})
+
+        x = np.arange(96.0).reshape(8, 12)
+        compiled = hlo2dace.jit(lambda x: jnp.cos(x) * 0.987654321, transform=tile
+                                ).lower(x).compile()
+        assert np.allclose(compiled(x), np.cos(x) * 0.987654321)
+        print("built" if compiled.built else "found")
+    """)
+    env = dict(os.environ, HLO2DACE_CACHE_DIR=str(tmp_path / "cache"),
+               PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    runs = [subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                           env=env, timeout=600) for _ in range(2)]
+    assert [r.stdout.split()[-1:] for r in runs] == [["built"], ["found"]], \
+        [r.stderr[-2000:] for r in runs]
