@@ -271,3 +271,11 @@ def test_a_later_process_finds_the_transformed_binary(tmp_path):
                            env=env, timeout=600) for _ in range(2)]
     assert [r.stdout.split()[-1:] for r in runs] == [["built"], ["found"]], \
         [r.stderr[-2000:] for r in runs]
+
+
+def test_vmap_of_a_transformed_function_runs_the_transformed_batch():
+    seen = []
+    scaled = hlo2dace.jit(lambda x: jnp.sin(x) * 2.0 + x, transform=_tiler(4, seen))
+    xs = np.random.default_rng(5).standard_normal((3, 40))
+    _match(jax.vmap(lambda x: jnp.sin(x) * 2.0 + x)(xs), jax.vmap(scaled)(xs), ulp=2)
+    assert seen  # the batched program was built from a transformed SDFG too
