@@ -18,14 +18,15 @@ import numpy as np
 from . import costs, ir, mpi, runtime, sharded, symbolic, user_sdfg
 from .arguments import (
     ARRAY_TYPES,
+    JAX_ARRAY_TYPES,
     LEAF_TYPES,
     PYTHON_SCALARS,
     Results,
-    abstract,
     as_array,
     data_types,
     inlining,
     is_key,
+    leaf_key,
     tensor_specs,
     traced,
 )
@@ -434,6 +435,17 @@ class Compiled:
                                                program.argument_dtypes)]
         return lowered.results.wrap(program(*arrays))
 
+    def takes_as_is(self, leaves: Sequence[Any]) -> bool:
+        """Whether the leaves are jax.Arrays the program takes as they are
+        (``runtime.Program.takes_as_is``): then ``call_checked`` may run it on them."""
+        program = self.program
+        return self.lowered.partitioned is None and type(program) is runtime.Program \
+            and program.takes_as_is(leaves)
+
+    def call_checked(self, leaves: Sequence[Any]):
+        """``call_leaves`` on leaves like those ``takes_as_is`` accepted."""
+        return self.lowered.results.wrap(self.program.call_checked(leaves))
+
     def _call_sharded(self, leaves: Sequence[Any]):
         """A call as one rank of an MPI job: this rank's shards in, its results out, as
         process-local arrays or gathered (``sharded.py``)."""
@@ -663,19 +675,18 @@ class JitFunction:
         import jax
 
         sharding = self._keyed_by_sharding
-        if not kwargs and not self.static_argnums and all(
-                type(a) in LEAF_TYPES for a in args):  # leaves only: no pytree to flatten
-            return (_FLAT, tuple(type(a) if type(a) in PYTHON_SCALARS else (
-                a.shape, a.dtype, getattr(a, "weak_type", False),
-                getattr(a, "sharding", None) if sharding else None) for a in args),
-                    bool(jax.config.jax_enable_x64)), args
+        if not kwargs and not self.static_argnums and LEAF_TYPES.issuperset(
+                map(type, args)):  # leaves only: no pytree to flatten
+            key = tuple(map(leaf_key, args))
+            if sharding:
+                key += tuple(getattr(a, "sharding", None) for a in args)
+            return (_FLAT, key, bool(jax.config.jax_enable_x64)), args
         if kwargs or self.static_argnums:
             dynamic_args, dynamic_kwargs, statics = self.split_static(args, kwargs)
         else:  # the common case, without the copies
             dynamic_args, dynamic_kwargs, statics = list(args), {}, ((), ())
         leaves, tree = jax.tree_util.tree_flatten((dynamic_args, dynamic_kwargs))
-        avals = tuple((leaf.shape, leaf.dtype, getattr(leaf, "weak_type", False))
-                      if type(leaf) in ARRAY_TYPES else abstract(leaf) for leaf in leaves)
+        avals = tuple(map(leaf_key, leaves))
         if sharding:
             avals += tuple(getattr(leaf, "sharding", None) for leaf in leaves)
         return (tree, avals, statics, bool(jax.config.jax_enable_x64)), leaves
@@ -739,15 +750,24 @@ class JitFunction:
 
     def __call__(self, *args, **kwargs):
         key, leaves = self._signature(args, kwargs)
-        if key[0] is not _FLAT and traced(leaves):  # inside a JAX transformation
+        if key[0] is not _FLAT and not LEAF_TYPES.issuperset(map(type, leaves)) \
+                and traced(leaves):  # inside a JAX transformation
             return _traced_call(self, args, kwargs)
-        compiled = self._cache.get(key)
-        if compiled is None:
+        entry = self._cache.get(key)
+        if entry is None:
             with self._lock:
-                compiled = self._cache.get(key)
-                if compiled is None:
-                    compiled = self._cache[key] = self._compile(args, kwargs)
-        return compiled.call_leaves(leaves)
+                entry = self._cache.get(key)
+                if entry is None:
+                    entry = self._cache[key] = [self._compile(args, kwargs), None]
+        compiled, as_is = entry
+        # jax.Arrays that went to the program as they were at this signature's first call
+        # do so again (the key holds their shapes and dtypes): no per-argument tests
+        if as_is and JAX_ARRAY_TYPES.issuperset(map(type, leaves)):
+            return compiled.call_checked(leaves)
+        results = compiled.call_leaves(leaves)
+        if as_is is None:
+            entry[1] = compiled.takes_as_is(leaves)
+        return results
 
     def _compile(self, args, kwargs) -> Compiled:
         """The compiled program for ``args``: with polymorphic shapes, the one that serves

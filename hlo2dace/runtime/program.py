@@ -153,11 +153,25 @@ class Program:
     #: the symbols the C entry point takes after the arrays (``SymbolicProgram``)
     symbol_names: tuple[str, ...] = ()
 
+    def takes_as_is(self, arrays: Sequence[Any]) -> bool:
+        """Whether every one of ``arrays`` is a ``jax.Array`` that ``check`` passes on as it
+        is. ``hlo2dace.jit`` asks once per signature: later calls with jax.Arrays of the
+        same shapes and dtypes go to ``call_checked``, without the per-argument tests."""
+        exported = exported_array_types() if self._native is not None else ()
+        return len(arrays) == len(self.arguments) and all(
+            type(array) in exported and as_is is not None and as_is[0]
+            and array.shape == as_is[0] and array.dtype == as_is[1]
+            for array, as_is in zip(arrays, self._as_is))
+
     def __call__(self, *arrays: Any) -> list[np.ndarray]:
-        inputs = self.check(arrays)
+        return self.call_checked(self.check(arrays))
+
+    def call_checked(self, inputs: Sequence[Any]) -> list[np.ndarray]:
+        """The program on arguments already in storage layout (``check``'s, or those
+        ``takes_as_is`` accepted)."""
         outputs = [_aligned_empty(shape, dtype) if aligned else np.empty(shape, dtype)
                    for shape, dtype, aligned in self._output_layouts]
-        self._run(inputs, outputs)
+        self._run(list(inputs), outputs)
         if self._results_as_is:
             return outputs
         return [spec.from_storage(out) for spec, out in zip(self.results, outputs)]
