@@ -523,8 +523,10 @@ def _argument(leaf: Any, spec: runtime.TensorSpec, dtype: np.dtype, info: Any) -
     key), else as it is, for the program to read or to say why it cannot (as JAX's
     ``Compiled``, a strongly typed argument of another dtype is an error)."""
     kind = type(leaf)
-    if kind in ARRAY_TYPES:
+    if kind is np.ndarray:
         return leaf if leaf.dtype == dtype else as_array(leaf, spec)
+    if kind in JAX_ARRAY_TYPES:  # the aval: a jax.Array's dtype is a property
+        return leaf if leaf.aval.dtype == dtype else as_array(leaf, spec)
     if kind in PYTHON_SCALARS:
         return as_array(leaf, spec) if info is None or info._aval.weak_type else leaf
     if is_key(getattr(leaf, "dtype", None)):
@@ -896,9 +898,10 @@ class JitLowered(Lowered):
         self.statics = statics
         self.static_argnums, self.static_argnames = static_argnums, static_argnames
 
-    @property
+    @functools.cached_property
     def in_tree(self):
-        """The pytree of the dynamic arguments ``(args, kwargs)``."""
+        """The pytree of the dynamic arguments ``(args, kwargs)`` (made once: every call of
+        the ``Compiled`` compares its arguments' with it)."""
         import jax
 
         return jax.tree_util.tree_structure(self.args_info)
@@ -920,11 +923,15 @@ class JitLowered(Lowered):
         return tuple(i for i, info in enumerate(jax.tree_util.tree_leaves(self.args_info))
                      if info.donated)
 
-    def leaf_infos(self) -> list[Any]:
+    def leaf_infos(self) -> tuple[Any, ...]:
         """The ``ArgInfo`` of each leaf of the dynamic arguments."""
+        return self._leaf_infos
+
+    @functools.cached_property
+    def _leaf_infos(self) -> tuple[Any, ...]:
         import jax
 
-        return jax.tree_util.tree_leaves(self.args_info)
+        return tuple(jax.tree_util.tree_leaves(self.args_info))
 
     def leaves(self, args: tuple, kwargs: dict) -> list[Any]:
         """The leaves of the dynamic arguments of a call with ``args`` and ``kwargs``: the

@@ -128,3 +128,13 @@ def test_donating_functions_keep_their_results_inside_and_outside_jax_jit():
     np.testing.assert_array_equal(np.asarray(kept["b"]), np.full(3, -0.5))
     inside = jax.jit(step, donate_argnums=0)({"w": jnp.zeros((4, 3)), "b": jnp.zeros(3)}, grads)
     np.testing.assert_array_equal(np.asarray(inside["w"]), np.full((4, 3), -0.5))
+
+
+def test_a_compiled_function_gives_jax_jits_results_on_every_call():
+    """``lower(...).compile()`` keeps its argument tree and leaf infos made once."""
+    compiled = hlo2dace.jit(_ten_leaves).lower(_tree(0.0)).compile()
+    for offset in range(3):
+        tree = _tree(float(offset))
+        _assert_like_jax_jit(compiled(tree), jax.jit(_ten_leaves)(tree))
+    with pytest.raises(ArgumentError, match="structured as"):
+        compiled({"k0": jnp.zeros(3, jnp.float32)})

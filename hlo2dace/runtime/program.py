@@ -121,12 +121,18 @@ class Program:
         for i, array in enumerate(arrays):
             as_is = self._as_is[i]
             kind = type(array)
-            if as_is is not None and (kind is np.ndarray and array.flags.c_contiguous
-                                      and array.flags.aligned or kind in exported and as_is[0]
-                                      ) and array.shape == as_is[0] and array.dtype == as_is[1]:
-                converted.append(array if as_is[0] else array.reshape(1))
-            else:
-                converted.append(self._convert(i, array))
+            if as_is is not None:
+                if kind is np.ndarray:
+                    if array.flags.c_contiguous and array.flags.aligned and \
+                            array.shape == as_is[0] and array.dtype == as_is[1]:
+                        converted.append(array if as_is[0] else array.reshape(1))
+                        continue
+                elif kind in exported and as_is[0]:
+                    aval = array.aval  # one attribute; a jax.Array's shape and dtype are
+                    if aval.shape == as_is[0] and aval.dtype == as_is[1]:  # properties
+                        converted.append(array)
+                        continue
+            converted.append(self._convert(i, array))
         return converted
 
     def _convert(self, i: int, array: Any, spec: TensorSpec | None = None) -> np.ndarray:
@@ -160,7 +166,7 @@ class Program:
         exported = exported_array_types() if self._native is not None else ()
         return len(arrays) == len(self.arguments) and all(
             type(array) in exported and as_is is not None and as_is[0]
-            and array.shape == as_is[0] and array.dtype == as_is[1]
+            and array.aval.shape == as_is[0] and array.aval.dtype == as_is[1]
             for array, as_is in zip(arrays, self._as_is))
 
     def __call__(self, *arrays: Any) -> list[np.ndarray]:
