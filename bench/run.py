@@ -235,19 +235,26 @@ def write_report(results, build_s, load_s, args) -> None:
     lines += ["", f"Seed example (500x500) in a new process: {build_s:.2f} s to lower, "
               f"translate and build; {load_s:.3f} s to get the binary from the disk cache (JAX "
               "lowering, normalising, importing DaCe and loading the library).", ""]
-    (DOCS / "benchmarks.md").write_text("\n".join(lines) + _kept_section())
+    (DOCS / "benchmarks.md").write_text("\n".join(lines) + _kept_sections())
     plot(results)
 
 
-def _kept_section() -> str:
-    """The compile-time section that bench/compile_time.py wrote into docs/benchmarks.md,
+def _kept_sections() -> str:
+    """The sections of docs/benchmarks.md that other scripts' runs fill in (the compile
+    time, bench/compile_time.py's; the per-call cost, from bench/call_cost.py's tables),
     kept when this script rewrites the file."""
-    from compile_time import SECTION_BEGIN, SECTION_END
+    import call_cost
+    import compile_time
 
     path = DOCS / "benchmarks.md"
     text = path.read_text() if path.exists() else ""
-    begin, end = text.find(SECTION_BEGIN), text.find(SECTION_END)
-    return "\n" + text[begin:end + len(SECTION_END)] + "\n" if 0 <= begin < end else ""
+    kept = ""
+    for first, last in ((compile_time.SECTION_BEGIN, compile_time.SECTION_END),
+                        (call_cost.SECTION_BEGIN, call_cost.SECTION_END)):
+        begin, end = text.find(first), text.find(last)
+        if 0 <= begin < end:
+            kept += "\n" + text[begin:end + len(last)] + "\n"
+    return kept
 
 
 def plot(results) -> None:
