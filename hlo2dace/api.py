@@ -763,11 +763,13 @@ class JitFunction:
                     entry = self._cache[key] = [self._compile(args, kwargs), None]
         compiled, as_is = entry
         # jax.Arrays that went to the program as they were at this signature's first call
-        # do so again (the key holds their shapes and dtypes): no per-argument tests
-        if as_is and JAX_ARRAY_TYPES.issuperset(map(type, leaves)):
+        # with jax.Arrays do so again (the key holds their shapes and dtypes): no
+        # per-argument tests
+        arrays = JAX_ARRAY_TYPES.issuperset(map(type, leaves))
+        if as_is and arrays:
             return compiled.call_checked(leaves)
         results = compiled.call_leaves(leaves)
-        if as_is is None:
+        if as_is is None and arrays:
             entry[1] = compiled.takes_as_is(leaves)
         return results
 

@@ -51,6 +51,16 @@ def test_a_pytree_of_jax_arrays_gives_jax_jits_results_on_every_call(checks):
     assert len(checks) == 1
 
 
+def test_jax_arrays_after_numpy_arrays_of_the_same_signature_skip_the_checks(checks):
+    fun = hlo2dace.jit(lambda x: x * 3.0)
+    x = np.arange(8.0).reshape(2, 4)
+    for _ in range(2):
+        np.testing.assert_array_equal(np.asarray(fun(x)), x * 3.0)
+    for _ in range(3):
+        np.testing.assert_array_equal(np.asarray(fun(jnp.asarray(x))), x * 3.0)
+    assert len(checks) == 3  # the NumPy calls and the first call with a jax.Array
+
+
 def test_earlier_results_are_not_overwritten_by_later_calls():
     """Results are fresh buffers per call, small ones (copied by jaxlib) and large ones
     (wrapped without a copy) alike, so a kept result never changes."""
