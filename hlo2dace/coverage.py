@@ -58,6 +58,34 @@ LEGALISED = {"stablehlo.composite": "a call of its decomposition "
              "stablehlo.dynamic_gather": _REFINED}
 
 
+_TASKLET = "a tasklet of C++ DaCe does not look into"
+#: what each family's ops are in the SDFG, as DaCe's transformations see them
+#: (``bench/library_nodes.py`` counts them per program; ``translate/library.py``)
+DACE_FORM = {
+    "elementwise": "maps (a fused cluster: one map)",
+    "shape": "copy maps, or no node (a view of its operand)",
+    "indexing": "maps; a scatter whose updates may collide: " + _TASKLET + " (XLA's order)",
+    "reduction": "maps whose tasklets loop over the reduced elements in XLA's order "
+                 "(C++ loops)",
+    "linalg": "DaCe BLAS library nodes (Gemm, Gemv, Dot, BatchedMatMul: f32/f64 matrices "
+              "as they lie); otherwise " + _TASKLET + " (a BLAS call, a loop nest)",
+    "matvec": _TASKLET + " (gemv over blocks of rows)",
+    "convolution": "a copy map and " + _TASKLET + " (BLAS), or a loop nest in one",
+    "fft": _TASKLET + " (hlo2dace's FFT)",
+    "lapack": _TASKLET + " (LAPACK)",
+    "custom_call": "LAPACK: " + _TASKLET + "; sharding marks: no node",
+    "sorting": "a map over rows, each row sorted in C++",
+    "rng": "maps",
+    "control": "DaCe control-flow regions (loops, conditionals)",
+    "collectives": "DaCe comm library nodes (MPI)",
+}
+#: ops whose form is not their family's
+DACE_FORM_OF_OP = {
+    "h2d.outer_product": "maps",
+    "h2d.scaled_dot": _TASKLET + " (a BLAS call with the scale as alpha)",
+}
+
+
 def render() -> str:
     """docs/ops.md from the registry (every op, its family, whether it keeps symbolic
     sizes), the element types, the custom-call targets and the StableHLO ops not supported
@@ -83,10 +111,14 @@ def render() -> str:
         "(one binary for every size); with any other op on a dynamic shape, the module",
         "compiles once per argument shape (StableHLO's shape refinement), as XLA does.",
         "",
-        "| op | translator family | sizes |",
-        "|---|---|---|",
+        "DaCe sees: what the op is in the SDFG, which DaCe's transformations and library",
+        "expansions work on (library nodes and maps) or cannot look into (C++ in a tasklet).",
+        "",
+        "| op | translator family | sizes | DaCe sees |",
+        "|---|---|---|---|",
     ]
-    lines += [f"| `{name}` | {family} | {'symbolic' if name in symbolic else 'per shape'} |"
+    lines += [f"| `{name}` | {family} | {'symbolic' if name in symbolic else 'per shape'} | "
+              f"{DACE_FORM_OF_OP.get(name, DACE_FORM[family])} |"
               for name, family in supported.items()]
     lines += ["", "Rewritten by the frontend before translation (so supported too):", "",
               "| op | becomes |", "|---|---|"]

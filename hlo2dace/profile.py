@@ -43,6 +43,7 @@ import numpy as np
 
 from . import folders
 from .compare import checked_placement, median_pair, median_seconds, place
+from .translate import library
 from .translate.emitter import OP_COMMENT
 
 
@@ -271,12 +272,13 @@ def _columns(rows: list[tuple[str, ...]]) -> list[str]:
 
 
 def instrument(sdfg) -> None:
-    """Put DaCe's timer on every state, map and library call (a tasklet outside a map)
-    of ``sdfg``, its report written at every call."""
+    """Put DaCe's timer on every state, map and library call (a tasklet outside a map,
+    library nodes expanded first) of ``sdfg``, its report written at every call."""
     import dace
 
     timer = dace.InstrumentationType.Timer
     dace.Config.set("instrumentation", "report_each_invocation", value=True)
+    library.expand(sdfg)  # a product's BLAS call is timed as the op it computes
     for node, parent in sdfg.all_nodes_recursive():
         if isinstance(node, dace.SDFGState):
             node.instrument = timer

@@ -1,7 +1,8 @@
 /* What compiled programs ask of BLAS, for tests (tests/util.py, blas_calls): preloaded
  * (LD_PRELOAD) in a child process, this library defines the CBLAS routines hlo2dace calls,
  * appends one line per call to the file $H2D_BLAS_LOG (the routine, its sizes, alpha and
- * the addresses of its operands) and calls the real routine (OpenBLAS's).
+ * the addresses of its operands) and calls the real routine (OpenBLAS's). A column-major
+ * call (DaCe's BLAS expansions make them) is logged as the row-major call it equals.
  * Lines are written with one write(2) each on an O_APPEND descriptor: whole lines, in order,
  * from any thread. */
 #define _GNU_SOURCE
@@ -11,6 +12,20 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
+
+enum { COL_MAJOR = 102, NO_TRANS = 111, TRANS = 112 };
+
+/* A column-major gemm is the row-major one of the transposed product: C^T = B^T A^T. */
+#define ROW_MAJOR_GEMM                                                                     \
+  int rta = order == COL_MAJOR ? tb : ta, rtb = order == COL_MAJOR ? ta : tb;              \
+  int rm = order == COL_MAJOR ? n : m, rn = order == COL_MAJOR ? m : n;                     \
+  const void *ra = order == COL_MAJOR ? (const void *)b : (const void *)a;                 \
+  const void *rb = order == COL_MAJOR ? (const void *)a : (const void *)b;
+
+/* A column-major m x n matrix is the row-major n x m one, transposed. */
+#define ROW_MAJOR_GEMV                                                                     \
+  int rtrans = order != COL_MAJOR ? trans : trans == NO_TRANS ? TRANS : NO_TRANS;          \
+  int rm = order == COL_MAJOR ? n : m, rn = order == COL_MAJOR ? m : n;
 
 static void record(const char *format, ...) {
   static int fd = -2;
@@ -48,8 +63,9 @@ static void *next(const char *name) {
     static void (*real)(int, int, int, int, int, int, T, const T *, int, const T *, int,   \
                         T, T *, int);                                                      \
     if (!real) real = next("cblas_" #P "gemm");                                            \
-    record(#P "gemm %d %d %d %d %d %.17g 0 %p %p %p\n", ta, tb, m, n, k, (double)alpha,    \
-           (const void *)a, (const void *)b, (void *)c);                                   \
+    ROW_MAJOR_GEMM                                                                         \
+    record(#P "gemm %d %d %d %d %d %.17g 0 %p %p %p\n", rta, rtb, rm, rn, k, (double)alpha, \
+           ra, rb, (void *)c);                                                             \
     real(order, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);                     \
   }
 REAL_GEMM(s, float)
@@ -63,8 +79,9 @@ REAL_GEMM(d, double)
                         const void *, int, const void *, void *, int);                     \
     if (!real) real = next("cblas_" #P "gemm");                                            \
     const T *factor = alpha;                                                               \
-    record(#P "gemm %d %d %d %d %d %.17g %.17g %p %p %p\n", ta, tb, m, n, k,               \
-           (double)factor[0], (double)factor[1], a, b, c);                                 \
+    ROW_MAJOR_GEMM                                                                         \
+    record(#P "gemm %d %d %d %d %d %.17g %.17g %p %p %p\n", rta, rtb, rm, rn, k,            \
+           (double)factor[0], (double)factor[1], ra, rb, c);                               \
     real(order, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);                     \
   }
 COMPLEX_GEMM(c, float)
@@ -76,7 +93,8 @@ COMPLEX_GEMM(z, double)
     static void (*real)(int, int, int, int, T, const T *, int, const T *, int, T, T *,     \
                         int);                                                              \
     if (!real) real = next("cblas_" #P "gemv");                                            \
-    record(#P "gemv %d 0 %d %d 0 %.17g 0 %p %p %p\n", trans, m, n, (double)alpha,          \
+    ROW_MAJOR_GEMV                                                                         \
+    record(#P "gemv %d 0 %d %d 0 %.17g 0 %p %p %p\n", rtrans, rm, rn, (double)alpha,       \
            (const void *)a, (const void *)x, (void *)y);                                   \
     real(order, trans, m, n, alpha, a, lda, x, incx, beta, y, incy);                       \
   }
@@ -91,7 +109,8 @@ REAL_GEMV(d, double)
                         int, const void *, void *, int);                                   \
     if (!real) real = next("cblas_" #P "gemv");                                            \
     const T *factor = alpha;                                                               \
-    record(#P "gemv %d 0 %d %d 0 %.17g %.17g %p %p %p\n", trans, m, n, (double)factor[0],  \
+    ROW_MAJOR_GEMV                                                                         \
+    record(#P "gemv %d 0 %d %d 0 %.17g %.17g %p %p %p\n", rtrans, rm, rn, (double)factor[0], \
            (double)factor[1], a, x, y);                                                    \
     real(order, trans, m, n, alpha, a, lda, x, incx, beta, y, incy);                       \
   }

@@ -26,7 +26,7 @@ import numpy as np
 from .. import ir, symbolic
 from ..machine import SKINNY_BLOCK, Machine
 from ..plan.annotations import ProductKernel
-from . import dtypes
+from . import dtypes, library
 from .bindings import Array, Literal, Pending, Reshaped, View, cpp_size, dace_shape, map_params
 from .builder import Builder
 from .cpp import Loop, Writer
@@ -241,6 +241,14 @@ def blas_product(b: Builder, op: ir.Op, product: Product,
     (a, x), order = arrange(b, op, product, fits, convert, op.operands[:2])
     _, a_free, a_k = product.groups(0, a, order)
     _, x_free, x_k = product.groups(1, x, order)
+    batch = None
+    if len(product.batch) == 1:
+        (lhs, rhs, _), = product.batch
+        batch = (product.batch_size, a.strides[lhs], x.strides[rhs])
+    if direct and scale is None and kernel.kernel == "blas" and len(product.batch) < 2 \
+            and library.blas_node(b, (m, n, k), (a_free, a_k, x_free, x_k), (a, x), target,
+                                  accumulate, batch):
+        return
     out = target if direct else b.emit.add_array(
         "dot_sum", ir.TensorType(tuple(op.result.type.shape), accumulate.element))
     prefix = BLAS_TYPES[accumulate.element]

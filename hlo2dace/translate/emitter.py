@@ -54,6 +54,13 @@ STATE_NODES = 200
 OP_COMMENT = "// op "
 
 
+def origin(op_name: str, file: str | None, line: int | None) -> str:
+    """The comment that names an op and its source line in a tasklet's code (read by the
+    profiler)."""
+    where = f" @ {file}:{line}" if file and line else ""
+    return f"{OP_COMMENT}{op_name}{where}"
+
+
 def schedule_for(shape: Sequence[int], work_per_element: int = 1) -> dace.ScheduleType:
     """The schedule of a map over ``shape``: parallel only when the work pays for it."""
     if any(not isinstance(n, (int, np.integer)) for n in (*shape, work_per_element)):
@@ -263,9 +270,7 @@ class Emitter:
     def origin(self) -> str:
         """The comment that names the current op and its source line in a tasklet's code."""
         location = self.location
-        where = f" @ {location.file}:{location.line}" \
-            if location is not None and location.file and location.line else ""
-        return f"{OP_COMMENT}{self.op_name}{where}"
+        return origin(self.op_name, location and location.file, location and location.line)
 
     def debuginfo(self) -> dace.dtypes.DebugInfo | None:
         location = self.location
