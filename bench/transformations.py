@@ -11,8 +11,12 @@ answer, or crashed.
 
 The programs are ``bench/code_digest.py``'s: every case of ``bench/run.py`` (quick sizes),
 NPBench's JAX ports at S (``--npbench``) and pyhpc at 65,536 and 1,048,576 points
-(``--pyhpc``). Each program runs in a child process of its own (a crash or a hang is
-counted, not fatal), with a cache folder of its own that is removed after it.
+(``--pyhpc``); and, with ``--interpret FOLDER``, the StableHLO interpreter's per-op tests
+that the test suite runs (``tests/test_conformance.py``), each file's functions as one
+program (``hlo2dace.checktests``) judged by its own check ops: a transformation is wrong
+if a function that passed without it fails with it. Each program runs in a child process
+of its own (a crash or a hang is counted, not fatal), with a cache folder of its own that
+is removed after it.
 """
 
 from __future__ import annotations
@@ -94,8 +98,15 @@ def _programs(npbench: Path | None, pyhpc: Path | None):
     return code_digest.programs(npbench, pyhpc)
 
 
-def _names(npbench: Path | None, pyhpc: Path | None) -> list[str]:
-    return [program[0] for program in _programs(npbench, pyhpc)]
+#: the name of a program made of an interpreter test file
+_INTERPRET = "interpret: "
+
+
+def _names(npbench: Path | None, pyhpc: Path | None, interpret: Path | None = None
+           ) -> list[str]:
+    files = sorted(interpret.glob("*.mlir")) if interpret else []
+    return [program[0] for program in _programs(npbench, pyhpc)] + \
+        [_INTERPRET + path.name for path in files]
 
 
 def left_out(name: str) -> str | None:
@@ -108,6 +119,8 @@ def left_out(name: str) -> str | None:
 
 
 def _set_of(name: str) -> str:
+    if name.startswith(_INTERPRET):
+        return "StableHLO per-op tests"
     return name.split(":")[0] if name.startswith(("npbench", "pyhpc")) else "bench/run.py"
 
 
@@ -206,13 +219,73 @@ def attempt(function, args, statics: dict, expected, level: str, transformation:
     return row
 
 
+def _check_outputs(functions, outputs) -> dict[str, str]:
+    """Each check function's status ("pass", "fail", ...) from the combined program's
+    ``outputs``."""
+    from hlo2dace import checktests
+
+    statuses, position = {}, 0
+    for function in functions:
+        count = len(function.result_types)
+        result = checktests.judge("", function, outputs[position:position + count])
+        statuses[function.id_name] = result.status
+        position += count
+    return statuses
+
+
+def run_checks(path: Path, level: str, only: list[str]) -> None:
+    """In the child process: every transformation on the interpreter test file ``path``
+    at ``level`` (its runnable functions as one program), one JSON line per
+    transformation; a function that passes untransformed must pass transformed."""
+    from hlo2dace import TransformationError, checktests
+    from hlo2dace.api import lower_text
+    from hlo2dace.user_sdfg import apply, content_key
+
+    functions = [f for f in checktests.load_file(path) if not f.skip_reason]
+    if not functions:
+        return
+    lowered = lower_text(checktests.combined_module(functions), name="checks",
+                         entry=checktests.ENTRY, optimize=level)
+    passed = {name for name, status in
+              _check_outputs(functions, lowered.compile().call_flat([])).items()
+              if status == "pass"}
+    for transformation in TRANSFORMATIONS:
+        if only and transformation not in only:
+            continue
+        row = dict(program=_INTERPRET + path.name, level=level, transformation=transformation)
+        start = time.perf_counter()
+        try:
+            sdfg = lowered.as_sdfg()
+            before = content_key(sdfg)
+            sdfg = apply(TRANSFORMATIONS[transformation], sdfg, path.name)
+            if content_key(sdfg) == before:
+                row["outcome"] = "no match"
+            else:
+                statuses = _check_outputs(functions, lowered.compile(sdfg=sdfg).call_flat([]))
+                failing = sorted(name for name in passed if statuses[name] != "pass")
+                row["outcome"] = "wrong" if failing else "applied"
+                if failing:
+                    row["reason"] = f"{len(failing)} of {len(passed)} checks fail: " + \
+                        ", ".join(failing[:5])
+        except TransformationError as exc:
+            row.update(outcome="refused", reason=str(exc)[:300])
+        except Exception as exc:  # a finding, as in ``attempt``
+            row.update(outcome="build failed",
+                       reason=_first_error(f"{type(exc).__name__}: {exc}"))
+        row["seconds"] = round(time.perf_counter() - start, 2)
+        print(json.dumps(row), flush=True)
+
+
 def run_program(name: str, npbench: Path | None, pyhpc: Path | None, level: str,
-                only: list[str]) -> None:
+                only: list[str], interpret: Path | None = None) -> None:
     """In the child process: every transformation on program ``name`` at ``level``, one
     JSON line per transformation."""
     import jax
 
     jax.config.update("jax_enable_x64", True)
+    if name.startswith(_INTERPRET):
+        run_checks(interpret / name[len(_INTERPRET):], level, only)
+        return
     program = next(p for p in _programs(npbench, pyhpc) if p[0] == name)
     _, function, args, static_argnums, static_argnames = program
     statics = dict(static_argnums=static_argnums, static_argnames=static_argnames)
@@ -229,6 +302,7 @@ def _run_child(name: str, level: str, args) -> list[dict]:
     command = [sys.executable, __file__, "--worker", name, "--level", level,
                *(["--npbench", str(args.npbench)] if args.npbench else []),
                *(["--pyhpc", str(args.pyhpc)] if args.pyhpc else []),
+               *(["--interpret", str(args.interpret)] if args.interpret else []),
                *(["--only", *args.only] if args.only else [])]
     expected = [t for t in TRANSFORMATIONS if not args.only or t in args.only]
     with tempfile.TemporaryDirectory(prefix="h2d-transformations-") as cache:
@@ -251,7 +325,8 @@ def _run_child(name: str, level: str, args) -> list[dict]:
 
 
 def run_all(args) -> list[dict]:
-    names = [n for n in _names(args.npbench, args.pyhpc) if left_out(n) is None]
+    names = [n for n in _names(args.npbench, args.pyhpc, args.interpret)
+             if left_out(n) is None]
     if args.programs:
         names = [n for n in names if any(s in n for s in args.programs)]
     if args.sample:
@@ -357,6 +432,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--npbench", type=Path)
     parser.add_argument("--pyhpc", type=Path)
+    parser.add_argument("--interpret", type=Path,
+                        help="the StableHLO interpreter's per-op tests (a folder of .mlir)")
     parser.add_argument("--levels", nargs="+", default=["none", "default"],
                         choices=["none", "default", "aggressive"])
     parser.add_argument("--only", nargs="+", choices=list(TRANSFORMATIONS))
@@ -371,7 +448,8 @@ def main() -> None:
     parser.add_argument("--level", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        run_program(args.worker, args.npbench, args.pyhpc, args.level, args.only or [])
+        run_program(args.worker, args.npbench, args.pyhpc, args.level, args.only or [],
+                    args.interpret)
         return
     if args.from_rows:
         merged = {(r["program"], r["level"], r["transformation"]): r
