@@ -102,11 +102,19 @@ def _programs(npbench: Path | None, pyhpc: Path | None):
 _INTERPRET = "interpret: "
 
 
+def _runnable_checks(path: Path) -> list:
+    """The functions of an interpreter test file that the test suite runs (not those it
+    skips: collectives across processes, files without checks)."""
+    from hlo2dace import checktests
+
+    return [f for f in checktests.load_file(path) if not f.skip_reason]
+
+
 def _names(npbench: Path | None, pyhpc: Path | None, interpret: Path | None = None
            ) -> list[str]:
     files = sorted(interpret.glob("*.mlir")) if interpret else []
     return [program[0] for program in _programs(npbench, pyhpc)] + \
-        [_INTERPRET + path.name for path in files]
+        [_INTERPRET + path.name for path in files if _runnable_checks(path)]
 
 
 def left_out(name: str) -> str | None:
@@ -237,43 +245,59 @@ def run_checks(path: Path, level: str, only: list[str]) -> None:
     """In the child process: every transformation on the interpreter test file ``path``
     at ``level`` (its runnable functions as one program), one JSON line per
     transformation; a function that passes untransformed must pass transformed."""
-    from hlo2dace import TransformationError, checktests
+    from hlo2dace import Hlo2DaceError, checktests
     from hlo2dace.api import lower_text
+
+    functions = _runnable_checks(path)
+    try:  # as the test suite runs them: one program, else (shape refinement wants one
+        # function per module) each function alone
+        programs = [(lower_text(checktests.combined_module(functions), name="checks",
+                                entry=checktests.ENTRY, optimize=level), functions)]
+        programs[0][0].as_sdfg()
+    except Hlo2DaceError:
+        programs = [(lower_text(f.text, name="check", entry=f.name, optimize=level), [f])
+                    for f in functions]
+    passed = [{name for name, status in
+               _check_outputs(group, lowered.compile().call_flat([])).items()
+               if status == "pass"} for lowered, group in programs]
+    for transformation in TRANSFORMATIONS:
+        if not only or transformation in only:
+            start = time.perf_counter()
+            rows = [_attempt_checks(lowered, group, ok, transformation)
+                    for (lowered, group), ok in zip(programs, passed)]
+            row = max(rows, key=lambda r: _SEVERITY.index(r["outcome"]))
+            print(json.dumps(dict(program=_INTERPRET + path.name, level=level,
+                                  transformation=transformation, **row,
+                                  seconds=round(time.perf_counter() - start, 2))), flush=True)
+
+
+#: outcomes from the best to the worst: a file's functions run alone report the worst
+_SEVERITY = ("no match", "applied", "refused", "wrong", "build failed")
+
+
+def _attempt_checks(lowered, functions, passed: set[str], transformation: str) -> dict:
+    """``transformation`` on the SDFG of ``lowered`` (check ``functions``), the result run
+    and judged: a function in ``passed`` must still pass."""
+    from hlo2dace import TransformationError
     from hlo2dace.user_sdfg import apply, content_key
 
-    functions = [f for f in checktests.load_file(path) if not f.skip_reason]
-    if not functions:
-        return
-    lowered = lower_text(checktests.combined_module(functions), name="checks",
-                         entry=checktests.ENTRY, optimize=level)
-    passed = {name for name, status in
-              _check_outputs(functions, lowered.compile().call_flat([])).items()
-              if status == "pass"}
-    for transformation in TRANSFORMATIONS:
-        if only and transformation not in only:
-            continue
-        row = dict(program=_INTERPRET + path.name, level=level, transformation=transformation)
-        start = time.perf_counter()
-        try:
-            sdfg = lowered.as_sdfg()
-            before = content_key(sdfg)
-            sdfg = apply(TRANSFORMATIONS[transformation], sdfg, path.name)
-            if content_key(sdfg) == before:
-                row["outcome"] = "no match"
-            else:
-                statuses = _check_outputs(functions, lowered.compile(sdfg=sdfg).call_flat([]))
-                failing = sorted(name for name in passed if statuses[name] != "pass")
-                row["outcome"] = "wrong" if failing else "applied"
-                if failing:
-                    row["reason"] = f"{len(failing)} of {len(passed)} checks fail: " + \
-                        ", ".join(failing[:5])
-        except TransformationError as exc:
-            row.update(outcome="refused", reason=str(exc)[:300])
-        except Exception as exc:  # a finding, as in ``attempt``
-            row.update(outcome="build failed",
-                       reason=_first_error(f"{type(exc).__name__}: {exc}"))
-        row["seconds"] = round(time.perf_counter() - start, 2)
-        print(json.dumps(row), flush=True)
+    try:
+        sdfg = lowered.as_sdfg()
+        before = content_key(sdfg)
+        sdfg = apply(TRANSFORMATIONS[transformation], sdfg, "checks")
+        if content_key(sdfg) == before:
+            return dict(outcome="no match")
+        statuses = _check_outputs(functions, lowered.compile(sdfg=sdfg).call_flat([]))
+        failing = sorted(name for name in passed if statuses[name] != "pass")
+        if failing:
+            return dict(outcome="wrong", reason=f"{len(failing)} of {len(passed)} checks "
+                        "fail: " + ", ".join(failing[:5]))
+        return dict(outcome="applied")
+    except TransformationError as exc:
+        return dict(outcome="refused", reason=str(exc)[:300])
+    except Exception as exc:  # a finding, as in ``attempt``
+        return dict(outcome="build failed",
+                    reason=_first_error(f"{type(exc).__name__}: {exc}"))
 
 
 def run_program(name: str, npbench: Path | None, pyhpc: Path | None, level: str,
@@ -351,6 +375,12 @@ def write_report(rows: list[dict], args) -> str:
              "*crashed*: the process died or timed out. Written by `python "
              "bench/transformations.py`; sampled by `tests/test_user_sdfg.py`.", "",
              f"Machine: {machine()}. Levels: {', '.join(args.levels)}.", ""]
+    if any(_set_of(r["program"]) == "StableHLO per-op tests" for r in rows):
+        lines += ["The StableHLO per-op tests are the interpreter's test files that the test "
+                  "suite runs (`tests/test_conformance.py`), a sample of them: each file's "
+                  "functions one program (each alone where they do not combine), judged by "
+                  "its own check ops; *wrong*: a check that passed without the "
+                  "transformation fails with it.", ""]
     rows = [r for r in rows if left_out(r["program"]) is None]
     reasons = sorted({left_out(n) for n in _names(args.npbench, args.pyhpc)} - {None}) \
         if args.npbench or args.pyhpc else []

@@ -246,8 +246,8 @@ def blas_product(b: Builder, op: ir.Op, product: Product,
         (lhs, rhs, _), = product.batch
         batch = (product.batch_size, a.strides[lhs], x.strides[rhs])
     if direct and scale is None and kernel.kernel == "blas" and len(product.batch) < 2 \
-            and library.blas_node(b, (m, n, k), (a_free, a_k, x_free, x_k), (a, x), target,
-                                  accumulate, batch):
+            and library.blas_node(b.emit, b.target, (m, n, k), (a_free, a_k, x_free, x_k),
+                                  (a, x), target, accumulate, batch):
         return
     out = target if direct else b.emit.add_array(
         "dot_sum", ir.TensorType(tuple(op.result.type.shape), accumulate.element))

@@ -26,9 +26,8 @@ from dace.libraries import blas
 from dace.properties import CodeBlock
 
 from .bindings import Array
-from .builder import Builder
 from .dtypes import ElementType
-from .emitter import origin
+from .emitter import Emitter, origin
 
 #: per target, the implementation that expands each kind of library node
 IMPLEMENTATIONS = {"cpu": {blas.Gemm: "OpenBLAS", blas.Gemv: "OpenBLAS", blas.Dot: "OpenBLAS",
@@ -41,10 +40,10 @@ OPS = {kind: "stablehlo.dot_general" for kind in IMPLEMENTATIONS["cpu"]}
 _BLAS_ELEMENTS = ("f32", "f64")
 
 
-def _dims(b: Builder, array: Array) -> list[tuple[int, int]] | None:
+def _dims(emit: Emitter, array: Array) -> list[tuple[int, int]] | None:
     """The (size, stride) of each dimension of ``array``'s descriptor longer than one,
     None where a size is symbolic."""
-    desc = b.emit.sdfg.arrays[array.name]
+    desc = emit.sdfg.arrays[array.name]
     try:
         pairs = [(int(size), int(stride)) for size, stride in zip(desc.shape, desc.strides)]
     except TypeError:
@@ -70,9 +69,9 @@ def _vector(dims: Sequence[tuple[int, int]] | None, size: int) -> bool:
     return dims is not None and len(dims) == 1 and dims[0][0] == size and dims[0][1] > 0
 
 
-def blas_node(b: Builder, shape: tuple[int, int, int], strides: tuple, operands: tuple,
-              target: Array, element: ElementType, batch: tuple[int, int, int] | None = None
-              ) -> bool:
+def blas_node(emit: Emitter, target_name: str, shape: tuple[int, int, int], strides: tuple,
+              operands: tuple, target: Array, element: ElementType,
+              batch: tuple[int, int, int] | None = None) -> bool:
     """Emit ``target = A B`` as one DaCe BLAS node if one computes it (see the module's
     docstring); whether it did. ``shape``: (M, N, K); ``strides``: A's free and
     contracted strides, then B's free and contracted ones (``products.Product.groups``);
@@ -82,13 +81,14 @@ def blas_node(b: Builder, shape: tuple[int, int, int], strides: tuple, operands:
     a_free, a_k, x_free, x_k = strides
     a, x = operands
     if batch is not None:
-        return _batched_node(b, shape, strides, operands, target, element, batch)
+        return _batched_node(emit, target_name, shape, strides, operands, target, element,
+                             batch)
     if element.element not in _BLAS_ELEMENTS or a.offset or x.offset or k < 2:
         return False
     if any(o.element.element != element.element for o in operands) \
-            or b.emit.sdfg.arrays[target.name].dtype != element.storage:
+            or emit.sdfg.arrays[target.name].dtype != element.storage:
         return False
-    a_dims, x_dims, c_dims = _dims(b, a.array), _dims(b, x.array), _dims(b, target)
+    a_dims, x_dims, c_dims = _dims(emit, a.array), _dims(emit, x.array), _dims(emit, target)
     if c_dims is None:
         return False
     inputs = {}
@@ -102,8 +102,8 @@ def blas_node(b: Builder, shape: tuple[int, int, int], strides: tuple, operands:
     elif m > 1 or n > 1:  # y = A x, or y = B^T x
         matrix, vector, rows, cols = ((a, x, (m, a_free), (k, a_k)) if n == 1
                                       else (x, a, (n, x_free), (k, x_k)))
-        transposed = _transposed(_dims(b, matrix.array), rows, cols)
-        if transposed is None or not _vector(_dims(b, vector.array), k) \
+        transposed = _transposed(_dims(emit, matrix.array), rows, cols)
+        if transposed is None or not _vector(_dims(emit, vector.array), k) \
                 or c_dims != [(rows[0], 1)]:
             return False
         node = blas.Gemv("gemv", transA=transposed, alpha=1, beta=0)
@@ -113,12 +113,13 @@ def blas_node(b: Builder, shape: tuple[int, int, int], strides: tuple, operands:
             return False
         node = blas.Dot("dot")
         inputs, output = {"_x": a.array, "_y": x.array}, "_result"
-    _emit(b, node, inputs, output, target)
+    _emit(emit, target_name, node, inputs, output, target)
     return True
 
 
-def _batched_node(b: Builder, shape: tuple[int, int, int], strides: tuple, operands: tuple,
-                  target: Array, element: ElementType, batch: tuple[int, int, int]) -> bool:
+def _batched_node(emit: Emitter, target_name: str, shape: tuple[int, int, int],
+                  strides: tuple, operands: tuple, target: Array, element: ElementType,
+                  batch: tuple[int, int, int]) -> bool:
     """A batch of gemms as DaCe's BatchedMatMul, where each operand's array is its batch
     of matrices in order (DaCe's node does not transpose a batch)."""
     (m, n, k), (a_free, a_k, x_free, x_k), (a, x) = shape, strides, operands
@@ -127,23 +128,24 @@ def _batched_node(b: Builder, shape: tuple[int, int, int], strides: tuple, opera
             or any(o.element.element != element.element for o in operands) \
             or 1 not in (a_free, a_k) or 1 not in (x_free, x_k):
         return False
-    if _dims(b, a.array) != [(size, a_batch), (m, a_free), (k, a_k)] \
-            or _dims(b, x.array) != [(size, x_batch), (k, x_k), (n, x_free)] \
-            or _dims(b, target) != [(size, m * n), (m, n), (n, 1)]:
+    if _dims(emit, a.array) != [(size, a_batch), (m, a_free), (k, a_k)] \
+            or _dims(emit, x.array) != [(size, x_batch), (k, x_k), (n, x_free)] \
+            or _dims(emit, target) != [(size, m * n), (m, n), (n, 1)]:
         return False
-    _emit(b, blas.BatchedMatMul("batched_gemm"), {"_a": a.array, "_b": x.array}, "_c", target)
+    _emit(emit, target_name, blas.BatchedMatMul("batched_gemm"),
+          {"_a": a.array, "_b": x.array}, "_c", target)
     return True
 
 
-def _emit(b: Builder, node: dace.nodes.LibraryNode, inputs: dict[str, Array], output: str,
-          target: Array) -> None:
+def _emit(emit: Emitter, target_name: str, node: dace.nodes.LibraryNode,
+          inputs: dict[str, Array], output: str, target: Array) -> None:
     """``node`` in the current state, implemented as the target says, reading and writing
     whole arrays."""
-    node.implementation = IMPLEMENTATIONS[b.target][type(node)]
+    node.implementation = IMPLEMENTATIONS[target_name][type(node)]
     def whole(array: Array) -> dace.Memlet:
-        return dace.Memlet.from_array(array.name, b.emit.sdfg.arrays[array.name])
+        return dace.Memlet.from_array(array.name, emit.sdfg.arrays[array.name])
 
-    b.emit.library_node(node, {conn: whole(array) for conn, array in inputs.items()},
+    emit.library_node(node, {conn: whole(array) for conn, array in inputs.items()},
                         {output: whole(target)})
 
 
