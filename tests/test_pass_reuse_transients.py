@@ -1,5 +1,8 @@
 """The reuse_transients pass: transients never live at once share one array."""
 
+import warnings
+
+import dace
 import jax
 import jax.numpy as jnp
 
@@ -44,3 +47,23 @@ def _loop(x):
 def test_a_loop_between():
     x, = operands((32, 32), dtype="float64")
     check_pass("reuse_transients", _loop, x, rtol=1e-10, atol=1e-10)
+
+
+def _shapes(x):
+    # x @ x.T is dead once b is written: c, of another shape, points into its buffer
+    a = x @ x.T
+    b = jnp.sin(a @ x)
+    c = x.T @ b
+    return jnp.cos(c @ x.T)
+
+
+def test_arrays_of_other_shapes_point_into_one_buffer():
+    x, = operands((64, 48), dtype="float64")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # DaCe's validation: none
+        sdfg = hlo2dace.jit(_shapes).lower(x).as_sdfg()
+        sdfg.validate()
+    references = [name for name, d in sdfg.arrays.items()
+                  if isinstance(d, dace.data.Reference)]
+    assert len(references) >= 2, sdfg.arrays
+    check_pass("reuse_transients", _shapes, x, rtol=1e-12, atol=1e-12)

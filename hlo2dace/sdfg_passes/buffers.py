@@ -15,6 +15,7 @@ import networkx as nx
 from dace.sdfg.state import AbstractControlFlowRegion, ConditionalBlock, LoopRegion
 
 from ..plan.passes import PassContext
+from .analysis import integer
 
 
 @dataclass
@@ -28,13 +29,28 @@ class _Live:
 
 
 def reuse_transients(sdfg: dace.SDFG, context: PassContext) -> None:
-    """Each transient array allocated once per program or per call takes, by renaming, the
-    array of an earlier transient of the same shape, type and strides that no state reads
-    after it is first written (``sharing``)."""
+    """Transients allocated once per program that are never live at once share storage:
+    one of the same shape, type and strides takes the other's array by renaming; the
+    others of one element type become references into one buffer as large as the largest
+    (``point_into_one_buffer``)."""
     order = program_order(sdfg)
     if order is None:
         return
-    renamed = sharing(sdfg, *order)
+    buffers = sharing(sdfg, *order, same_kind)
+    rename(sdfg, {name: held[0] for held in buffers for name in held[1:]})
+    pools = [held for held in sharing(sdfg, *order, same_element) if len(held) > 1]
+    if pools:
+        start = sdfg.add_state_before(sdfg.start_block, "point_into_buffers",
+                                      is_start_block=True)
+        # DaCe warns of a transient read in a state that does not write it: an empty
+        # tasklet "writes" the buffers before the references are set to them
+        allocated = start.add_tasklet("buffers", {}, {}, "")
+        for held in pools:
+            point_into_one_buffer(sdfg, start, allocated, held)
+
+
+def rename(sdfg: dace.SDFG, renamed: dict[str, str]) -> None:
+    """Every access to an array of ``renamed`` made to the array it names instead."""
     for state in sdfg.states():
         for node in state.data_nodes():
             node.data = renamed.get(node.data, node.data)
@@ -43,6 +59,26 @@ def reuse_transients(sdfg: dace.SDFG, context: PassContext) -> None:
                 edge.data.data = renamed[edge.data.data]
     for name in renamed:
         sdfg.remove_data(name, validate=False)
+
+
+def point_into_one_buffer(sdfg: dace.SDFG, start: dace.SDFGState,
+                          allocated: dace.nodes.Tasklet, held: list[str]) -> None:
+    """The arrays ``held`` become references set, in the program's first state ``start``
+    (after ``allocated``), to the start of one new array as large as the largest (plain
+    pointers, not ``__restrict__``: two of them point to one buffer)."""
+    first = sdfg.arrays[held[0]]
+    size = max(int(sdfg.arrays[name].total_size) for name in held)
+    pool, _ = sdfg.add_array("pool", [size], first.dtype, first.storage, transient=True,
+                             lifetime=dace.AllocationLifetime.Persistent,
+                             find_new_name=True)
+    buffer = start.add_access(pool)
+    start.add_nedge(allocated, buffer, dace.Memlet())
+    for name in held:
+        array = sdfg.arrays[name]
+        sdfg.remove_data(name, validate=False)
+        sdfg.add_reference(name, array.shape, array.dtype, array.storage, array.strides)
+        start.add_edge(buffer, None, start.add_access(name), "set",
+                       dace.Memlet(f"{pool}[0:{int(array.total_size)}]"))
 
 
 def program_order(sdfg: dace.SDFG
@@ -76,12 +112,12 @@ def program_order(sdfg: dace.SDFG
 
 
 def sharing(sdfg: dace.SDFG, states: list[dace.SDFGState],
-            spans: dict[dace.SDFGState, tuple[int, int]]) -> dict[str, str]:
-    """Which transient takes which earlier one's array: greedily in the order they start,
-    each takes the first array of its kind whose last holder is dead before it starts.
-    Only arrays allocated once per program or per call take part (one allocated in a map
-    is private to a thread), and none named by the control flow (a loop's condition, an
-    interstate assignment)."""
+            spans: dict[dace.SDFGState, tuple[int, int]], fits) -> list[list[str]]:
+    """Which transients share storage, by ``fits(array, other)``: greedily in the order
+    they start, each joins the first group (of those of the nearest size) whose last
+    member is dead before it starts. Only arrays allocated once per program or per call
+    take part (one allocated in a map is private to a thread), and none named by the
+    control flow (a loop's condition, an interstate assignment)."""
     named = set()
     for edge in sdfg.all_interstate_edges(recursive=False):
         named |= edge.data.read_symbols()
@@ -101,21 +137,38 @@ def sharing(sdfg: dace.SDFG, states: list[dace.SDFGState],
                 live[node.data].end = max(live[node.data].end, last)
             else:
                 live[node.data] = _Live(first, last)
-    renamed: dict[str, str] = {}
     dataflow: dict = {}
-    holders: list[tuple[str, str]] = []  # (the array's name, its last holder)
+    groups: list[list[str]] = []
+    largest: list[int] = []  # of each group, its largest array's size
     for name in sorted(live, key=lambda n: (live[n].start, live[n].end)):
-        descriptor = sdfg.arrays[name]
-        for k, (array, holder) in enumerate(holders):
-            if same_kind(descriptor, sdfg.arrays[array]) \
-                    and dead_before(live[holder], holder, live[name], name, states, spans,
-                                    dataflow):
-                renamed[name] = array
-                holders[k] = (array, name)
+        array = sdfg.arrays[name]
+        size = integer(array.total_size) or 0
+        for k in sorted(range(len(groups)), key=lambda k: misfit(largest[k], size)):
+            group = groups[k]
+            if fits(array, sdfg.arrays[group[0]]) and dead_before(
+                    live[group[-1]], group[-1], live[name], name, states, spans, dataflow):
+                group.append(name)
+                largest[k] = max(largest[k], size)
                 break
         else:
-            holders.append((name, name))
-    return renamed
+            groups.append([name])
+            largest.append(size)
+    return groups
+
+
+def misfit(largest: int, size: int) -> tuple[bool, int]:
+    """How badly an array of ``size`` fits a buffer of ``largest``: one it grows fits worse
+    than any it fits in, then by the difference."""
+    return largest < size, abs(largest - size)
+
+
+def same_element(a: dace.data.Array, b: dace.data.Array) -> bool:
+    """Whether both can point into one buffer: one element type, storage and lifetime
+    (allocated once per program), each contiguous in its shape's order, of known size."""
+    return (a.dtype == b.dtype and a.storage == b.storage and a.lifetime == b.lifetime
+            == dace.AllocationLifetime.Persistent and all(
+                integer(x.total_size) is not None and x.is_packed_c_strides()
+                for x in (a, b)))
 
 
 def same_kind(a: dace.data.Array, b: dace.data.Array) -> bool:
