@@ -28,7 +28,7 @@ from .optimize import Level
 from .plan import fusion, matvec, products, readers, updates
 from .plan.passes import STAGES, Pass, PassContext, block_pass, remove_dead_ops
 from .sdfg_build import CODE_PASSES
-from .sdfg_passes import rows, threads, tiling
+from .sdfg_passes import buffers, rows, threads, tiling
 
 
 def cpu_passes(level: Level) -> list[Pass]:
@@ -84,6 +84,9 @@ def cpu_passes(level: Level) -> list[Pass]:
         "tiny innermost loops run outside a long one, vectorised with strides")
     add("share_leading_loops", "sdfg", threads.share_leading_loops,
         "short outer loops of a parallel map collapsed until every thread has work")
+    add("reuse_transients", "sdfg", buffers.reuse_transients,
+        "transients never live at once share storage (liveness in program order): one array, "
+        "or references into one buffer")
     # code: DaCe's C++ (what no SDFG property says)
     add("outline_repeated_maps", "code", CODE_PASSES["outline_repeated_maps"],
         "map scopes that repeat compiled once, as functions")

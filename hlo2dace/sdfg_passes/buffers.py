@@ -1,0 +1,228 @@
+"""Transients that are never live at once share one array, as XLA's buffer assignment
+shares buffers by liveness over the program's order.
+
+Not DaCe's ``TransientReuse``: it considers only transients used in one state (most of
+ours are written in one state and read in later ones), and it shares an array read by a
+node with the array that node writes, which is wrong for our tasklets that read and write
+whole arrays through pointers (a product, a transpose, a scatter)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import dace
+import networkx as nx
+from dace.sdfg.state import AbstractControlFlowRegion, ConditionalBlock, LoopRegion
+
+from ..plan.passes import PassContext
+from .analysis import integer
+
+
+@dataclass
+class _Live:
+    """Where an array is live: the first and last states of its accesses in program order
+    (a loop widens them to the whole loop: a later iteration may read what an earlier one
+    wrote)."""
+
+    start: int
+    end: int
+
+
+def reuse_transients(sdfg: dace.SDFG, context: PassContext) -> None:
+    """Transients allocated once per program that are never live at once share storage:
+    one of the same shape, type and strides takes the other's array by renaming; the
+    others of one element type become references into one buffer as large as the largest
+    (``point_into_one_buffer``)."""
+    order = program_order(sdfg)
+    if order is None:
+        return
+    buffers = sharing(sdfg, *order, same_kind)
+    rename(sdfg, {name: held[0] for held in buffers for name in held[1:]})
+    pools = [held for held in sharing(sdfg, *order, same_element) if len(held) > 1]
+    if pools:
+        start = sdfg.add_state_before(sdfg.start_block, "point_into_buffers",
+                                      is_start_block=True)
+        # DaCe warns of a transient read in a state that does not write it: an empty
+        # tasklet "writes" the buffers before the references are set to them
+        allocated = start.add_tasklet("buffers", {}, {}, "")
+        for held in pools:
+            point_into_one_buffer(sdfg, start, allocated, held)
+
+
+def rename(sdfg: dace.SDFG, renamed: dict[str, str]) -> None:
+    """Every access to an array of ``renamed`` made to the array it names instead."""
+    for state in sdfg.states():
+        for node in state.data_nodes():
+            node.data = renamed.get(node.data, node.data)
+        for edge in state.edges():
+            if edge.data.data in renamed:
+                edge.data.data = renamed[edge.data.data]
+    for name in renamed:
+        sdfg.remove_data(name, validate=False)
+
+
+def point_into_one_buffer(sdfg: dace.SDFG, start: dace.SDFGState,
+                          allocated: dace.nodes.Tasklet, held: list[str]) -> None:
+    """The arrays ``held`` become references set, in the program's first state ``start``
+    (after ``allocated``), to the start of one new array as large as the largest (plain
+    pointers, not ``__restrict__``: two of them point to one buffer)."""
+    first = sdfg.arrays[held[0]]
+    size = max(int(sdfg.arrays[name].total_size) for name in held)
+    pool, _ = sdfg.add_array("pool", [size], first.dtype, first.storage, transient=True,
+                             lifetime=dace.AllocationLifetime.Persistent,
+                             find_new_name=True)
+    buffer = start.add_access(pool)
+    start.add_nedge(allocated, buffer, dace.Memlet())
+    for name in held:
+        array = sdfg.arrays[name]
+        sdfg.remove_data(name, validate=False)
+        sdfg.add_reference(name, array.shape, array.dtype, array.storage, array.strides)
+        start.add_edge(buffer, None, start.add_access(name), "set",
+                       dace.Memlet(f"{pool}[0:{int(array.total_size)}]"))
+
+
+def program_order(sdfg: dace.SDFG
+                  ) -> tuple[list[dace.SDFGState], dict[dace.SDFGState, tuple[int, int]]] | None:
+    """The states of ``sdfg`` in the order they run (a conditional's branches one after
+    the other), and of each state inside a loop the span of its outermost loop; None
+    where a region's graph has a cycle (a loop not written as a ``LoopRegion``)."""
+    states: list[dace.SDFGState] = []
+    loops: list[tuple[list[dace.SDFGState], int]] = []
+
+    def walk(region, outermost: bool) -> bool:
+        graph = region.nx
+        if not nx.is_directed_acyclic_graph(graph):
+            return False
+        for block in nx.topological_sort(graph):
+            if isinstance(block, dace.SDFGState):
+                states.append(block)
+            elif isinstance(block, AbstractControlFlowRegion):  # not a break, a return
+                first, loop = len(states), isinstance(block, LoopRegion)
+                inner = block.sub_regions() if isinstance(block, ConditionalBlock) else [block]
+                if not all(walk(r, outermost and not loop) for r in inner):
+                    return False
+                if outermost and loop:
+                    loops.append((states[first:], first))
+        return True
+
+    if not walk(sdfg, True):
+        return None
+    spans = {state: (first, first + len(body) - 1) for body, first in loops for state in body}
+    return states, spans
+
+
+def sharing(sdfg: dace.SDFG, states: list[dace.SDFGState],
+            spans: dict[dace.SDFGState, tuple[int, int]], fits) -> list[list[str]]:
+    """Which transients share storage, by ``fits(array, other)``: greedily in the order
+    they start, each joins the first group (of those of the nearest size) whose last
+    member is dead before it starts. Only arrays allocated once per program or per call
+    take part (one allocated in a map is private to a thread), and none named by the
+    control flow (a loop's condition, an interstate assignment)."""
+    named = set()
+    for edge in sdfg.all_interstate_edges(recursive=False):
+        named |= edge.data.read_symbols()
+    for region in sdfg.all_control_flow_regions():
+        for code in region.get_meta_codeblocks():
+            named |= code.get_free_symbols()
+    shared_lifetimes = (dace.AllocationLifetime.Persistent, dace.AllocationLifetime.SDFG)
+    live: dict[str, _Live] = {}
+    for k, state in enumerate(states):
+        first, last = spans.get(state, (k, k))
+        for node in state.data_nodes():
+            descriptor = sdfg.arrays[node.data]
+            if (type(descriptor) is not dace.data.Array or not descriptor.transient
+                    or descriptor.lifetime not in shared_lifetimes or node.data in named):
+                continue
+            if node.data in live:
+                live[node.data].end = max(live[node.data].end, last)
+            else:
+                live[node.data] = _Live(first, last)
+    dataflow: dict = {}
+    groups: list[list[str]] = []
+    largest: list[int] = []  # of each group, its largest array's size
+    for name in sorted(live, key=lambda n: (live[n].start, live[n].end)):
+        array = sdfg.arrays[name]
+        size = integer(array.total_size) or 0
+        for k in sorted(range(len(groups)), key=lambda k: misfit(largest[k], size)):
+            group = groups[k]
+            if fits(array, sdfg.arrays[group[0]]) and dead_before(
+                    live[group[-1]], group[-1], live[name], name, states, spans, dataflow):
+                group.append(name)
+                largest[k] = max(largest[k], size)
+                break
+        else:
+            groups.append([name])
+            largest.append(size)
+    return groups
+
+
+def misfit(largest: int, size: int) -> tuple[bool, int]:
+    """How badly an array of ``size`` fits a buffer of ``largest``: one it grows fits worse
+    than any it fits in, then by the difference."""
+    return largest < size, abs(largest - size)
+
+
+def same_element(a: dace.data.Array, b: dace.data.Array) -> bool:
+    """Whether both can point into one buffer: one element type, storage and lifetime
+    (allocated once per program), each contiguous in its shape's order, of known size."""
+    return (a.dtype == b.dtype and a.storage == b.storage and a.lifetime == b.lifetime
+            == dace.AllocationLifetime.Persistent and all(
+                integer(x.total_size) is not None and x.is_packed_c_strides()
+                for x in (a, b)))
+
+
+def same_kind(a: dace.data.Array, b: dace.data.Array) -> bool:
+    """Whether one array can stand for the other: one shape, type, layout, storage and
+    lifetime."""
+    return (a.is_equivalent(b) and tuple(a.strides) == tuple(b.strides)
+            and a.total_size == b.total_size and tuple(a.offset) == tuple(b.offset)
+            and a.start_offset == b.start_offset and a.storage == b.storage
+            and a.lifetime == b.lifetime and a.alignment == b.alignment)
+
+
+def dead_before(a: _Live, a_name: str, b: _Live, b_name: str,
+                states: list[dace.SDFGState], spans: dict, dataflow: dict) -> bool:
+    """Whether array ``a_name`` is dead when ``b_name`` is first written: ``a`` ends in an
+    earlier state, or in ``b``'s first state (outside any loop) where every node that
+    accesses ``a_name`` precedes, by dataflow, every node that accesses ``b_name`` (DaCe
+    runs a state's nodes in an order of its dataflow). ``dataflow`` caches, per state,
+    ``state_dataflow``."""
+    if a.end < b.start:
+        return True
+    if a.end > b.start or states[b.start] in spans:
+        return False
+    state = states[b.start]
+    if state not in dataflow:
+        dataflow[state] = state_dataflow(state)
+    top, after = dataflow[state]
+    return all(users(state, top, b_name) <= after[u] for u in users(state, top, a_name))
+
+
+def state_dataflow(state: dace.SDFGState) -> tuple[dict, dict]:
+    """Of each node of ``state``, its top-level node (a map scope stands for its nodes, as
+    its entry); of each top-level node, the top-level nodes after it in the dataflow."""
+    scopes = state.scope_dict()
+    top = {}
+    for node in state.nodes():
+        outer = node
+        while scopes[outer] is not None:
+            outer = scopes[outer]
+        top[node] = state.entry_node(outer) if isinstance(outer, dace.nodes.ExitNode) \
+            else outer
+    graph = nx.DiGraph()
+    graph.add_nodes_from(set(top.values()))
+    graph.add_edges_from((top[e.src], top[e.dst]) for e in state.edges()
+                         if top[e.src] is not top[e.dst])
+    return top, {node: nx.descendants(graph, node) for node in graph.nodes}
+
+
+def users(state: dace.SDFGState, top: dict, name: str) -> set:
+    """The top-level nodes of ``state`` that read or write array ``name``."""
+    found = set()
+    for node in state.data_nodes():
+        if node.data == name:
+            found |= {top[e.src] for e in state.in_edges(node)}
+            found |= {top[e.dst] for e in state.out_edges(node)}
+            if top[node] is not node:
+                found.add(top[node])
+    return found
