@@ -85,8 +85,8 @@ def cpu_passes(level: Level) -> list[Pass]:
     add("share_leading_loops", "sdfg", threads.share_leading_loops,
         "short outer loops of a parallel map collapsed until every thread has work")
     add("reuse_transients", "sdfg", buffers.reuse_transients,
-        "transients never live at once share storage (liveness in program order): one array, "
-        "or references into one buffer")
+        "transients of one shape never live at once share one array (liveness in program "
+        "order)")
     # code: DaCe's C++ (what no SDFG property says)
     add("outline_repeated_maps", "code", CODE_PASSES["outline_repeated_maps"],
         "map scopes that repeat compiled once, as functions")

@@ -29,24 +29,18 @@ class _Live:
 
 
 def reuse_transients(sdfg: dace.SDFG, context: PassContext) -> None:
-    """Transients allocated once per program that are never live at once share storage:
-    one of the same shape, type and strides takes the other's array by renaming; the
-    others of one element type become references into one buffer as large as the largest
-    (``point_into_one_buffer``)."""
+    """Transients allocated once per program that are never live at once, of one shape,
+    type and strides, share one array: the later takes the earlier's by renaming.
+
+    Arrays of other shapes are not pointed into one buffer (DaCe references): DaCe's own
+    transformations do not keep such references' meaning (``simplify`` and
+    ``auto_optimize`` on pyhpc's isoneutral_mixing and turbulent_kinetic_energy gave
+    wrong answers), and a user's transformation of the SDFG must stay right."""
     order = program_order(sdfg)
     if order is None:
         return
     buffers = sharing(sdfg, *order, same_kind)
     rename(sdfg, {name: held[0] for held in buffers for name in held[1:]})
-    pools = [held for held in sharing(sdfg, *order, same_element) if len(held) > 1]
-    if pools:
-        start = sdfg.add_state_before(sdfg.start_block, "point_into_buffers",
-                                      is_start_block=True)
-        # DaCe warns of a transient read in a state that does not write it: an empty
-        # tasklet "writes" the buffers before the references are set to them
-        allocated = start.add_tasklet("buffers", {}, {}, "")
-        for held in pools:
-            point_into_one_buffer(sdfg, start, allocated, held)
 
 
 def rename(sdfg: dace.SDFG, renamed: dict[str, str]) -> None:
@@ -59,26 +53,6 @@ def rename(sdfg: dace.SDFG, renamed: dict[str, str]) -> None:
                 edge.data.data = renamed[edge.data.data]
     for name in renamed:
         sdfg.remove_data(name, validate=False)
-
-
-def point_into_one_buffer(sdfg: dace.SDFG, start: dace.SDFGState,
-                          allocated: dace.nodes.Tasklet, held: list[str]) -> None:
-    """The arrays ``held`` become references set, in the program's first state ``start``
-    (after ``allocated``), to the start of one new array as large as the largest (plain
-    pointers, not ``__restrict__``: two of them point to one buffer)."""
-    first = sdfg.arrays[held[0]]
-    size = max(int(sdfg.arrays[name].total_size) for name in held)
-    pool, _ = sdfg.add_array("pool", [size], first.dtype, first.storage, transient=True,
-                             lifetime=dace.AllocationLifetime.Persistent,
-                             find_new_name=True)
-    buffer = start.add_access(pool)
-    start.add_nedge(allocated, buffer, dace.Memlet())
-    for name in held:
-        array = sdfg.arrays[name]
-        sdfg.remove_data(name, validate=False)
-        sdfg.add_reference(name, array.shape, array.dtype, array.storage, array.strides)
-        start.add_edge(buffer, None, start.add_access(name), "set",
-                       dace.Memlet(f"{pool}[0:{int(array.total_size)}]"))
 
 
 def program_order(sdfg: dace.SDFG
@@ -160,15 +134,6 @@ def misfit(largest: int, size: int) -> tuple[bool, int]:
     """How badly an array of ``size`` fits a buffer of ``largest``: one it grows fits worse
     than any it fits in, then by the difference."""
     return largest < size, abs(largest - size)
-
-
-def same_element(a: dace.data.Array, b: dace.data.Array) -> bool:
-    """Whether both can point into one buffer: one element type, storage and lifetime
-    (allocated once per program), each contiguous in its shape's order, of known size."""
-    return (a.dtype == b.dtype and a.storage == b.storage and a.lifetime == b.lifetime
-            == dace.AllocationLifetime.Persistent and all(
-                integer(x.total_size) is not None and x.is_packed_c_strides()
-                for x in (a, b)))
 
 
 def same_kind(a: dace.data.Array, b: dace.data.Array) -> bool:
