@@ -15,7 +15,6 @@ import networkx as nx
 from dace.sdfg.state import AbstractControlFlowRegion, ConditionalBlock, LoopRegion
 
 from ..plan.passes import PassContext
-from .analysis import integer
 
 
 @dataclass
@@ -39,7 +38,7 @@ def reuse_transients(sdfg: dace.SDFG, context: PassContext) -> None:
     order = program_order(sdfg)
     if order is None:
         return
-    buffers = sharing(sdfg, *order, same_kind)
+    buffers = sharing(sdfg, *order)
     rename(sdfg, {name: held[0] for held in buffers for name in held[1:]})
 
 
@@ -86,10 +85,10 @@ def program_order(sdfg: dace.SDFG
 
 
 def sharing(sdfg: dace.SDFG, states: list[dace.SDFGState],
-            spans: dict[dace.SDFGState, tuple[int, int]], fits) -> list[list[str]]:
-    """Which transients share storage, by ``fits(array, other)``: greedily in the order
-    they start, each joins the first group (of those of the nearest size) whose last
-    member is dead before it starts. Only arrays allocated once per program or per call
+            spans: dict[dace.SDFGState, tuple[int, int]]) -> list[list[str]]:
+    """Which transients share one array (``same_kind``): greedily in the order they
+    start, each joins the first group of its kind whose last member is dead before it
+    starts. Only arrays allocated once per program or per call
     take part (one allocated in a map is private to a thread), and none named by the
     control flow (a loop's condition, an interstate assignment)."""
     named = set()
@@ -113,27 +112,16 @@ def sharing(sdfg: dace.SDFG, states: list[dace.SDFGState],
                 live[node.data] = _Live(first, last)
     dataflow: dict = {}
     groups: list[list[str]] = []
-    largest: list[int] = []  # of each group, its largest array's size
     for name in sorted(live, key=lambda n: (live[n].start, live[n].end)):
         array = sdfg.arrays[name]
-        size = integer(array.total_size) or 0
-        for k in sorted(range(len(groups)), key=lambda k: misfit(largest[k], size)):
-            group = groups[k]
-            if fits(array, sdfg.arrays[group[0]]) and dead_before(
+        for group in groups:
+            if same_kind(array, sdfg.arrays[group[0]]) and dead_before(
                     live[group[-1]], group[-1], live[name], name, states, spans, dataflow):
                 group.append(name)
-                largest[k] = max(largest[k], size)
                 break
         else:
             groups.append([name])
-            largest.append(size)
     return groups
-
-
-def misfit(largest: int, size: int) -> tuple[bool, int]:
-    """How badly an array of ``size`` fits a buffer of ``largest``: one it grows fits worse
-    than any it fits in, then by the difference."""
-    return largest < size, abs(largest - size)
 
 
 def same_kind(a: dace.data.Array, b: dace.data.Array) -> bool:
