@@ -81,6 +81,13 @@ DACE_FORM = {
 }
 #: ops whose form is not their family's
 DACE_FORM_OF_OP = {
+    "stablehlo.reduce": "a DaCe Reduce library node (one array by add, multiply, max, min, "
+                        "and, or or xor from a constant; expanded into hlo2dace's code, "
+                        "XLA's order); a reduction computing its operand in its loop: maps "
+                        "whose tasklets loop over the reduced elements (C++ loops)",
+    "stablehlo.fft": "DaCe FFT and IFFT library nodes (complex transforms of a whole array; "
+                     "expanded into FFTW calls); batched and real transforms: " + _TASKLET
+                     + " (FFTW)",
     "h2d.outer_product": "maps",
     "h2d.scaled_dot": _TASKLET + " (a BLAS call with the scale as alpha)",
 }

@@ -1,4 +1,5 @@
-"""IR -> SDFG. Importing this package registers every op family with the registry."""
+"""IR -> SDFG. Importing this package registers every op family with the registry, and
+hlo2dace's implementations of DaCe's library nodes with DaCe."""
 
 from . import (  # noqa: F401  (registration)
     collectives,
@@ -6,6 +7,7 @@ from . import (  # noqa: F401  (registration)
     convolution,
     custom_call,
     elementwise,
+    expansions,
     fft,
     indexing,
     lapack,

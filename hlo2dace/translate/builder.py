@@ -99,8 +99,13 @@ class Builder:
 
     def __init__(self, module: ir.Module, name: str, entry: str | None = None,
                  target: str = registry.DEFAULT_TARGET,
-                 signature: symbolic.Signature | None = None, machine: Machine | None = None):
+                 signature: symbolic.Signature | None = None, machine: Machine | None = None,
+                 expansion: bool = False):
         self.module = module
+        #: the SDFG is a library node's expansion (``translate/expansions.py``): nested in
+        #: a program, which sets the floating-point mode and initialises the helpers; its
+        #: ops are code, not library nodes again
+        self.expansion = expansion
         #: the machine the code is tuned for: every threshold a translator uses
         self.machine = machine or current_machine()
         #: how the symbols in the module's types are read from the arguments, and the
@@ -116,12 +121,13 @@ class Builder:
         except LookupError:
             raise UnsupportedError("builtin.module", f"no entry function {entry or 'main'}",
                                    supported=sorted(module.functions)) from None
-        self.emit = Emitter(name, self.machine)
-        self.emit.sdfg.append_init_code("h2d::init_program();")
-        # the first tasklet brings the helpers' headers (prelude.Helpers)
-        self._fp_mode_tasklet("h2d::enter_fp_mode();").environments = {
-            Helpers.full_class_path()}
-        self.emit.new_state("body")
+        self.emit = Emitter(name, self.machine, library_nodes=not expansion)
+        if not expansion:
+            self.emit.sdfg.append_init_code("h2d::init_program();")
+            # the first tasklet brings the helpers' headers (prelude.Helpers)
+            self._fp_mode_tasklet("h2d::enter_fp_mode();").environments = {
+                Helpers.full_class_path()}
+            self.emit.new_state("body")
         self.scope: Scope | None = None
         self.open_clusters: dict[tuple[int, ...], ElementwiseCluster] = {}
         #: the scopes the one being translated is nested in, innermost first
@@ -708,8 +714,9 @@ class Builder:
                 binding = self.resolve(binding, into=target)
                 if not binding.is_array(target.name):
                     self.emit.copy(binding, target)
-        self.emit.new_state("epilogue")
-        self._fp_mode_tasklet("h2d::leave_fp_mode();")
+        if not self.expansion:
+            self.emit.new_state("epilogue")
+            self._fp_mode_tasklet("h2d::leave_fp_mode();")
         return self.emit.sdfg
 
 

@@ -103,8 +103,11 @@ _PROCESS_VALUE_TYPE = ir.TensorType((), "i64")
 class Emitter:
     """The SDFG of one module, filled state by state."""
 
-    def __init__(self, name: str, machine: Machine):
+    def __init__(self, name: str, machine: Machine, library_nodes: bool = True):
         self.sdfg = dace.SDFG(identifier(name))
+        #: whether ops may become DaCe library nodes (``library.py``); not in the SDFG that
+        #: expands one, which computes the op in code
+        self.library_nodes = library_nodes
         #: the machine the code is tuned for (``machine.py``)
         self.machine = machine
         #: the control-flow region being filled (the SDFG, a loop body, a branch)
@@ -341,6 +344,8 @@ class Emitter:
             memlet = self._memlet(access, 0, {}, conn)
             self.state.add_edge(self.read(memlet.data), None, node, conn, memlet)
         for conn, access in outputs.items():
+            if conn not in node.out_connectors:
+                node.add_out_connector(conn)
             memlet = self._memlet(access, 0, {}, conn, written=True)
             self.state.add_edge(node, conn, self.write(memlet.data), None, memlet)
         return node

@@ -7,8 +7,9 @@ dimension at a time as XLA's CPU runtime (ducc0) does: the inverse transforms ar
 by 1/n, and a multi-dimensional IRFFT is complex transforms over all but the last
 dimension followed by complex-to-real ones along it, so an input that is not Hermitian
 gives XLA's result. Results agree with XLA's to a few ULP of the largest magnitude times
-log2(n) (different FFT algorithms round differently). DaCe's own FFT library node has
-only a naive O(n^2) DFT on the CPU."""
+log2(n) (different FFT algorithms round differently). A complex transform of a whole
+array is DaCe's FFT or IFFT node (``library.fft_node``), expanded into this code on the
+CPU; DaCe's own expansion is a naive O(n^2) DFT."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import math
 
 from .. import ir
 from ..prelude import include
+from . import library
 from .bindings import Binding
 from .builder import Builder
 from .custom_call import call_tasklet, installed, link_environment
@@ -47,6 +49,8 @@ def fft(b: Builder, op: ir.Op) -> list[Binding]:
     if not fftw_installed():
         raise b.unsupported("FFTW is not installed: install Debian's libfftw3-dev "
                             "(make does so when run as root)")
+    if library.fft_node(b.emit, b.target, kind, lengths, b.array(operand), target):
+        return [target]
     b.emit.include_once(HEADER)
     outputs = [target]
     scratch = "nullptr"

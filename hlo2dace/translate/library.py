@@ -1,6 +1,8 @@
 """Ops as DaCe library nodes, where DaCe has a node whose semantics are the op's: the
-products BLAS computes as ``dace.libraries.blas`` Gemm, Gemv and Dot nodes, so that
-DaCe's transformations, its viewer and its other targets see a product, not C++.
+products BLAS computes as ``dace.libraries.blas`` Gemm, Gemv and Dot nodes, and reductions
+by one associative op as ``dace.libraries.standard`` Reduce nodes, and complex Fourier
+transforms over a whole array as ``dace.libraries.fft`` FFT and IFFT nodes, so that DaCe's
+transformations, its viewer and its other targets see the op, not C++.
 
 Which implementation expands a node is the target's rule (``IMPLEMENTATIONS``), set on
 each node as it is made: on the CPU, DaCe's OpenBLAS expansions, the same ``cblas_*``
@@ -15,26 +17,70 @@ BLAS reads (one unit stride, from their first element). Other products stay hlo2
 C++ (``blas.py``, ``linalg.py``): mixed and 16-bit types converted on the way, complex
 products summed in XLA's order, skinny and blocked products that share the threads, and
 integer products, which no DaCe node computes.
+
+A Reduce node's CPU implementation is hlo2dace's own (``translate/expansions.py``): the
+code ``reduction.py`` writes for the op, which sums in XLA's order, where DaCe's ``pure``
+and ``OpenMP`` expansions sum in another (other roundings) and take ``max`` without
+propagating NaN. So is an FFT node's: FFTW's plans, where DaCe's ``pure`` expansion is a
+one-dimensional O(n^2) DFT (cuFFT on a GPU). A reduction is a node where it reads one
+array and is the whole op: not one whose operand the plan computes in its loop
+(``fuse_into_consumers``) or that its readers compute a row at a time
+(``fuse_into_readers``).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import dace
+from dace.frontend.operations import detect_reduction_type
 from dace.libraries import blas
+from dace.libraries.fft import FFT, IFFT
+from dace.libraries.standard import Reduce
 from dace.properties import CodeBlock
 
+from .. import ir
 from .bindings import Array
 from .dtypes import ElementType
 from .emitter import Emitter, origin
 
+#: the name of hlo2dace's own implementations of DaCe's nodes (``translate/expansions.py``)
+OWN = "hlo2dace"
+
 #: per target, the implementation that expands each kind of library node
 IMPLEMENTATIONS = {"cpu": {blas.Gemm: "OpenBLAS", blas.Gemv: "OpenBLAS", blas.Dot: "OpenBLAS",
-                           blas.BatchedMatMul: "OpenBLAS"}}
+                           blas.BatchedMatMul: "OpenBLAS", Reduce: OWN, FFT: OWN, IFFT: OWN}}
 
 #: the op each kind of node computes (``expand``)
-OPS = {kind: "stablehlo.dot_general" for kind in IMPLEMENTATIONS["cpu"]}
+OPS = {**{kind: "stablehlo.dot_general" for kind in (blas.Gemm, blas.Gemv, blas.Dot,
+                                                     blas.BatchedMatMul)},
+       Reduce: "stablehlo.reduce", FFT: "stablehlo.fft", IFFT: "stablehlo.fft"}
+
+#: a reducer body's one op -> the Reduce node's ``wcr`` (on integers, then on booleans,
+#: where they differ: DaCe reads ``and`` as logical, ``&`` as bitwise)
+REDUCERS = {"stablehlo.add": ("lambda a, b: a + b",),
+            "stablehlo.multiply": ("lambda a, b: a * b",),
+            "stablehlo.maximum": ("lambda a, b: max(a, b)",),
+            "stablehlo.minimum": ("lambda a, b: min(a, b)",),
+            "stablehlo.and": ("lambda a, b: a & b", "lambda a, b: a and b"),
+            "stablehlo.or": ("lambda a, b: a | b", "lambda a, b: a or b"),
+            "stablehlo.xor": ("lambda a, b: a ^ b", "lambda a, b: a != b")}
+_REDUCTION_TYPES = {dace.ReductionType.Sum: "stablehlo.add",
+                    dace.ReductionType.Product: "stablehlo.multiply",
+                    dace.ReductionType.Max: "stablehlo.maximum",
+                    dace.ReductionType.Min: "stablehlo.minimum",
+                    dace.ReductionType.Bitwise_And: "stablehlo.and",
+                    dace.ReductionType.Logical_And: "stablehlo.and",
+                    dace.ReductionType.Bitwise_Or: "stablehlo.or",
+                    dace.ReductionType.Logical_Or: "stablehlo.or",
+                    dace.ReductionType.Bitwise_Xor: "stablehlo.xor",
+                    dace.ReductionType.Logical_Xor: "stablehlo.xor"}
+
+#: the element types a Reduce node takes: those whose storage is DaCe's own type of them
+#: (16-bit floats are stored as integers, complex sums keep XLA's pairing)
+REDUCE_ELEMENTS = ("f32", "f64", "i1", "i8", "i16", "i32", "i64", "ui8", "ui16", "ui32",
+                   "ui64")
 
 #: the element types DaCe's BLAS nodes compute as hlo2dace's products do
 _BLAS_ELEMENTS = ("f32", "f64")
@@ -80,6 +126,8 @@ def blas_node(emit: Emitter, target_name: str, shape: tuple[int, int, int], stri
     m, n, k = shape
     a_free, a_k, x_free, x_k = strides
     a, x = operands
+    if not emit.library_nodes:
+        return False
     if batch is not None:
         return _batched_node(emit, target_name, shape, strides, operands, target, element,
                              batch)
@@ -135,6 +183,59 @@ def _batched_node(emit: Emitter, target_name: str, shape: tuple[int, int, int],
     _emit(emit, target_name, blas.BatchedMatMul("batched_gemm"),
           {"_a": a.array, "_b": x.array}, "_c", target)
     return True
+
+
+def reduces(emit: Emitter, target_name: str, operand: ir.TensorType, reducer: str,
+            result: ir.TensorType) -> bool:
+    """Whether a reduction of an ``operand`` by the one op ``reducer`` is a Reduce node
+    on the target (see the module's docstring)."""
+    return (emit.library_nodes and Reduce in IMPLEMENTATIONS[target_name]
+            and reducer in REDUCERS and operand.element in REDUCE_ELEMENTS
+            and result.element == operand.element
+            and operand.is_static and bool(operand.size) and bool(result.size))
+
+
+def reduce_node(emit: Emitter, target_name: str, operand: Array, target: Array,
+                dimensions: Sequence[int], reducer: str, init: object) -> None:
+    """Emit ``target = reduce(operand)`` over ``dimensions`` by the one op ``reducer``
+    from the literal ``init`` as a DaCe Reduce node (where ``reduces``)."""
+    element = operand.type.element
+    wcrs = REDUCERS[reducer]
+    # a Python number: DaCe's own expansions write it into their code as it prints
+    identity = float(init) if element.startswith("f") else int(init)
+    node = Reduce("reduce", wcr=wcrs[-1] if element == "i1" else wcrs[0],
+                  axes=sorted(int(d) for d in dimensions), identity=identity)
+    _emit(emit, target_name, node, {"_in": operand}, "_out", target)
+
+
+def fft_node(emit: Emitter, target_name: str, kind: str, lengths: Sequence[int],
+             operand: Array, target: Array) -> bool:
+    """Emit a complex FFT or IFFT over all of ``operand``'s dimensions (no batch) as
+    DaCe's FFT or IFFT node, if the target implements it; whether it did. DaCe's IFFT
+    is unnormalised, times its ``factor``: 1/n is StableHLO's."""
+    kinds = {"FFT": FFT, "IFFT": IFFT}
+    if not emit.library_nodes or kinds.get(kind) not in IMPLEMENTATIONS[target_name] \
+            or len(lengths) != operand.type.rank \
+            or operand.type.element not in ("complex<f32>", "complex<f64>"):
+        return False
+    node = kinds[kind](kind.lower())
+    if kind == "IFFT":  # a float: DaCe's DFT writes a rational 1/n as C++'s integer 1/n
+        node.factor = 1.0 / math.prod(lengths)
+    _emit(emit, target_name, node, {"_inp": operand}, "_out", target)
+    return True
+
+
+def reducer_of(node: Reduce) -> str:
+    """The op of a reducer body that a Reduce node's ``wcr`` is (``REDUCERS``);
+    ValueError for another."""
+    for name, wcrs in REDUCERS.items():
+        if node.wcr in wcrs:
+            return name
+    found = _REDUCTION_TYPES.get(detect_reduction_type(node.wcr))
+    if found is None:
+        raise ValueError(f"a Reduce node's wcr {node.wcr!r} is none of "
+                         f"{', '.join(name.split('.')[1] for name in REDUCERS)}")
+    return found
 
 
 def _emit(emit: Emitter, target_name: str, node: dace.nodes.LibraryNode,

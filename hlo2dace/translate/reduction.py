@@ -31,8 +31,8 @@ import numpy as np
 from .. import ir, symbolic
 from ..machine import FEW_OUTPUTS
 from ..plan.analysis import over_rows
-from ..plan.annotations import ComputedByReaders, annotation
-from . import dtypes, registry
+from ..plan.annotations import ComputedByReaders, FusedOperands, annotation
+from . import dtypes, library, registry
 from .bindings import (
     Array,
     Binding,
@@ -321,7 +321,29 @@ def _reduce_shape(inference, op, operands, shapes, knowns, env):
 
 @register("stablehlo.reduce", shape_rule=_reduce_shape)
 def reduce(b: Builder, op: ir.Op) -> list[Binding]:
-    return _reduced_in_rows(b, op) or _reduced_after_rows(b, op) or _reduce(b, op)
+    return (_reduced_in_rows(b, op) or _reduced_after_rows(b, op) or _as_library_node(b, op)
+            or _reduce(b, op))
+
+
+def _as_library_node(b: Builder, op: ir.Op) -> list[Binding] | None:
+    """A reduction of one array by one op from a literal init value, as DaCe's Reduce
+    node where the target has one (``library.reduce_node``): not where the plan has it
+    compute its operand in its loop (``FusedOperands``)."""
+    reducer = _reducer(op)
+    if len(op.operands) != 2 or reducer is None:
+        return None
+    operand, init = op.operands
+    if annotation(op, FusedOperands) is not None and not isinstance(b.binding(operand), Array):
+        return None
+    start = b.readable(init)
+    if not start.is_literal or not library.reduces(b.emit, b.target, operand.type,
+                                                   reducer.name, op.result.type):
+        return None
+    source = b.array(operand)
+    target = b.allocate_result(op.result)
+    library.reduce_node(b.emit, b.target, source, target, op.attr("dimensions"),
+                        reducer.name, start.value)
+    return [target]
 
 
 def _reduced_in_rows(b: Builder, op: ir.Op) -> list[RowReduction] | None:
