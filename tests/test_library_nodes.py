@@ -278,3 +278,30 @@ def test_batched_and_real_transforms_stay_hlo2dace_code():
     z, x = _complex((8, 32), np.complex128), operand(np.float64, (64,))
     assert not _nodes(hlo2dace.jit(fun).lower(z, x).as_sdfg())
     assert_matches_jax(fun, z, x, rtol=1e-12, atol=1e-12)
+
+
+def test_auto_optimize_keeps_hlo2daces_implementations_when_asked():
+    """``auto_optimize`` picks DaCe's pure FFT, which takes one dimension only (it raises
+    on this 2-D one); asked to prefer hlo2dace's implementations, it expands the nodes
+    with them and the program is right."""
+    from dace.transformation.auto.auto_optimize import auto_optimize
+
+    def optimized(sdfg):
+        auto_optimize(sdfg, dace.DeviceType.CPU,
+                      find_fast_library_fn=lambda device: [library.OWN])
+        return sdfg
+
+    def fun(z):
+        return jnp.fft.fft2(z), jnp.sum(z.real, axis=0)
+
+    z = _complex((12, 20), np.complex128)
+
+    def plain(sdfg):
+        auto_optimize(sdfg, dace.DeviceType.CPU)
+        return sdfg
+
+    with pytest.raises(hlo2dace.TransformationError, match="N-dimensional"):
+        hlo2dace.jit(fun, transform=plain)(z)
+    np.testing.assert_allclose(
+        np.asarray(hlo2dace.jit(fun, transform=optimized)(z)[0]),
+        np.asarray(jax.jit(fun)(z)[0]), rtol=1e-12, atol=1e-12)
