@@ -2,7 +2,9 @@
 as the JAX function (``hlo2dace.jit(f, transform=...)``) and checked against ``jax.jit``.
 Writes docs/transformations.md: per transformation and program set, how often it applied
 (and the result was right), did not match, refused (raised), failed to build, gave a wrong
-answer, or crashed.
+answer, or crashed. A run of a subset (``--only``, ``--programs``, ``--sample``) prints its
+report and leaves the document as it is: keep its ``--rows`` and merge them into the
+document's with ``--from-rows``.
 
     python bench/transformations.py [--npbench PATH] [--pyhpc PATH]
         [--levels none default] [--only NAME ...] [--programs SUBSTRING ...] [--sample N]
@@ -491,8 +493,11 @@ def main() -> None:
         rows = run_all(args)
     if args.rows:
         args.rows.write_text(json.dumps(rows, indent=1))
-    (DOCS / "transformations.md").write_text(write_report(rows, args))
-    print((DOCS / "transformations.md").read_text())
+    report = write_report(rows, args)
+    if args.from_rows or not (args.only or args.programs or args.sample):
+        (DOCS / "transformations.md").write_text(report)
+    # a subset's report is printed only: the document holds every program's rows
+    print(report)
 
 
 if __name__ == "__main__":
