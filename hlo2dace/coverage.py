@@ -73,7 +73,9 @@ DACE_FORM = {
     "convolution": "a copy map and " + _TASKLET + " (BLAS), or a loop nest in one",
     "fft": _TASKLET + " (hlo2dace's FFT)",
     "lapack": _TASKLET + " (LAPACK)",
-    "custom_call": "LAPACK: " + _TASKLET + "; sharding marks: no node",
+    "custom_call": "LAPACK: an unbatched real Cholesky factorisation (potrf) is a DaCe Potrf "
+                   "library node (expanded into jaxlib's kernel), any other call "
+                   + _TASKLET + "; sharding marks: no node",
     "sorting": "a map over rows, each row sorted in C++",
     "rng": "maps",
     "control": "DaCe control-flow regions (loops, conditionals)",

@@ -305,3 +305,59 @@ def test_auto_optimize_keeps_hlo2daces_implementations_when_asked():
     np.testing.assert_allclose(
         np.asarray(hlo2dace.jit(fun, transform=optimized)(z)[0]),
         np.asarray(jax.jit(fun)(z)[0]), rtol=1e-12, atol=1e-12)
+
+
+def _spd(n: int, dtype, seed: int = 0) -> np.ndarray:
+    a = operand(np.float64, (n, n), seed=seed)
+    return (a @ a.T + n * np.eye(n)).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+def test_cholesky_is_a_potrf_node(dtype):
+    """An unbatched real Cholesky factorisation (lower and upper; one that fails, which
+    JAX turns into NaNs from LAPACK's info) is DaCe's Potrf node with hlo2dace's
+    implementation, jaxlib's kernel: the results are XLA's."""
+    from dace.libraries.lapack import Potrf
+
+    def fun(a, bad):
+        return (jnp.linalg.cholesky(a), jax.scipy.linalg.cholesky(a, lower=False),
+                jnp.linalg.cholesky(bad))
+
+    a, bad = _spd(40, dtype), _spd(40, dtype, seed=1)
+    bad[7, 7] = -1e6
+    nodes = _nodes(hlo2dace.jit(fun).lower(a, bad).as_sdfg())
+    assert [type(n) for n in nodes] == [Potrf] * 3
+    assert {n.implementation for n in nodes} == {library.OWN}
+    assert all(n.lower for n in nodes)  # JAX's upper factor is the lower one transposed
+    tolerance = 1e-5 if dtype == np.float32 else 1e-13
+    assert_matches_jax(fun, a, bad, rtol=tolerance, atol=tolerance)
+
+
+def test_daces_lapacke_expansion_computes_the_factor():
+    """DaCe's own OpenBLAS (LAPACKE) expansion of the Potrf nodes computes the factors."""
+    from dace.libraries.lapack import Potrf
+
+    def lapacke(sdfg):
+        for node in _nodes(sdfg):
+            if isinstance(node, Potrf):
+                node.implementation = "OpenBLAS"
+        return sdfg
+
+    def fun(a):
+        return jnp.linalg.cholesky(a), jax.scipy.linalg.cholesky(a, lower=False)
+
+    a = _spd(60, np.float64)
+    for got, want in zip(hlo2dace.jit(fun, transform=lapacke)(a), jax.jit(fun)(a)):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-12,
+                                   atol=1e-12)
+
+
+def test_batched_and_complex_factorisations_stay_hlo2dace_code():
+    """DaCe's Potrf has no batch and hlo2dace keeps complex ones as jaxlib's call."""
+    def fun(a, c):
+        return jnp.linalg.cholesky(a), jnp.linalg.cholesky(c)
+
+    a = np.stack([_spd(16, np.float64), _spd(16, np.float64, seed=1)])
+    c = (_spd(16, np.float64) + 0j).astype(np.complex128)
+    assert not _nodes(hlo2dace.jit(fun).lower(a, c).as_sdfg())
+    assert_matches_jax(fun, a, c, rtol=1e-12, atol=1e-12)

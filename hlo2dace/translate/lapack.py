@@ -8,7 +8,8 @@ routine on the same column-major buffers with the same workspace sizes, so the r
 pivots, info values and the contents of unused triangles are XLA's (JAX's own code around
 the call then replaces failed factorisations with NaNs, as under XLA). potrf is the
 exception: its factor of the other triangle on the row-major buffers is the same matrix,
-up to rounding, without transposing it twice. The program links
+up to rounding, without transposing it twice; unbatched and real, it is DaCe's Potrf node
+(``library.potrf_node``), expanded into that same call on the CPU. The program links
 Debian's LAPACK and BLAS (OpenBLAS) through the ``Lapack`` environment below."""
 
 from __future__ import annotations
@@ -18,9 +19,14 @@ import math
 from dataclasses import replace
 from typing import Sequence
 
+import dace
+import dace.library
+from dace.libraries.lapack import Potrf
+from dace.transformation.transformation import ExpandTransformation
+
 from .. import ir
 from ..prelude import include
-from . import dtypes
+from . import dtypes, library
 from .bindings import Array, Binding
 from .builder import Builder
 from .custom_call import (
@@ -212,7 +218,47 @@ def potrf(b: Builder, call: CustomCall) -> list[Binding]:
         call = replace(call, operand_layouts=(row_major,),
                        result_layouts=(row_major, call.result_layouts[1]))
         uplo = "U" if uplo == "L" else "L"
+        if not batch and library.factorises(b.emit, b.target, call.op.operands[0].type):
+            # LAPACK's uplo triangle of the column-major view: the other one row-major
+            return _as_potrf_node(b, call, lower=uplo == "U")
     return _emit(b, call, "potrf_ffi", [math.prod(batch), n, uplo])
+
+
+def _as_potrf_node(b: Builder, call: CustomCall, lower: bool) -> list[Binding]:
+    """An unbatched factorisation of row-major buffers as DaCe's Potrf node
+    (``library.potrf_node``): the matrix copied into the factor's array, factorised there
+    in the ``lower`` (or upper) triangle of the row-major matrix."""
+    _use_lapack(b)  # the header its expansion calls
+    (source,), (buffers, results) = physical_operands(b, call), physical_results(b, call)
+    factor, info = buffers
+    if not source.is_array(factor.name):
+        b.emit.copy(source, factor)
+    library.potrf_node(b.emit, b.target, factor, info, lower)
+    return results
+
+
+@dace.library.expansion
+class ExpandPotrfAsJaxlib(ExpandTransformation):
+    """A Potrf node as jaxlib's kernel (``h2d::lapack::potrf_ffi``) on its row-major
+    array: LAPACK's routine for the other triangle of the column-major view, which is the
+    node's triangle, and an ``info`` that flags a NaN pivot."""
+
+    environments = [Lapack]
+
+    @staticmethod
+    def expansion(node: Potrf, parent_state: dace.SDFGState, parent_sdfg: dace.SDFG
+                  ) -> dace.nodes.Tasklet:
+        desc = parent_sdfg.arrays[parent_state.in_edges(node)[0].data.data]
+        n, element = int(desc.shape[0]), desc.dtype.ctype
+        code = (f"h2d::lapack::potrf_ffi<{element}>(1, {n}, '{'U' if node.lower else 'L'}', "
+                "_xin, _xout, _res);")
+        return dace.nodes.Tasklet(
+            node.name, {"_xin": dace.pointer(desc.dtype)},
+            {"_xout": dace.pointer(desc.dtype), "_res": dace.pointer(dace.int32)}, code,
+            language=dace.Language.CPP)
+
+
+Potrf.register_implementation(library.OWN, ExpandPotrfAsJaxlib)
 
 
 def _transposed(layout: Sequence[int]) -> bool:

@@ -1,7 +1,8 @@
 """Ops as DaCe library nodes, where DaCe has a node whose semantics are the op's: the
 products BLAS computes as ``dace.libraries.blas`` Gemm, Gemv and Dot nodes, and reductions
 by one associative op as ``dace.libraries.standard`` Reduce nodes, and complex Fourier
-transforms over a whole array as ``dace.libraries.fft`` FFT and IFFT nodes, so that DaCe's
+transforms over a whole array as ``dace.libraries.fft`` FFT and IFFT nodes, and
+unbatched real Cholesky factorisations as ``dace.libraries.lapack`` Potrf nodes, so that DaCe's
 transformations, its viewer and its other targets see the op, not C++.
 
 Which implementation expands a node is the target's rule (``IMPLEMENTATIONS``), set on
@@ -22,7 +23,9 @@ A Reduce node's CPU implementation is hlo2dace's own (``translate/expansions.py`
 code ``reduction.py`` writes for the op, which sums in XLA's order, where DaCe's ``pure``
 and ``OpenMP`` expansions sum in another (other roundings) and take ``max`` without
 propagating NaN. So is an FFT node's: FFTW's plans, where DaCe's ``pure`` expansion is a
-one-dimensional O(n^2) DFT (cuFFT on a GPU). A reduction is a node where it reads one
+one-dimensional O(n^2) DFT (cuFFT on a GPU), and a Potrf node's: jaxlib's kernel
+(``lapack.py``), whose ``info`` flags a NaN pivot as jaxlib's does, where DaCe's LAPACKE
+expansion runs LAPACK's code for the other triangle. A reduction is a node where it reads one
 array and is the whole op: not one whose operand the plan computes in its loop
 (``fuse_into_consumers``) or that its readers compute a row at a time
 (``fuse_into_readers``).
@@ -37,6 +40,7 @@ import dace
 from dace.frontend.operations import detect_reduction_type
 from dace.libraries import blas
 from dace.libraries.fft import FFT, IFFT
+from dace.libraries.lapack import Potrf
 from dace.libraries.standard import Reduce
 from dace.properties import CodeBlock
 
@@ -50,12 +54,14 @@ OWN = "hlo2dace"
 
 #: per target, the implementation that expands each kind of library node
 IMPLEMENTATIONS = {"cpu": {blas.Gemm: "OpenBLAS", blas.Gemv: "OpenBLAS", blas.Dot: "OpenBLAS",
-                           blas.BatchedMatMul: "OpenBLAS", Reduce: OWN, FFT: OWN, IFFT: OWN}}
+                           blas.BatchedMatMul: "OpenBLAS", Reduce: OWN, FFT: OWN, IFFT: OWN,
+                           Potrf: OWN}}
 
 #: the op each kind of node computes (``expand``)
 OPS = {**{kind: "stablehlo.dot_general" for kind in (blas.Gemm, blas.Gemv, blas.Dot,
                                                      blas.BatchedMatMul)},
-       Reduce: "stablehlo.reduce", FFT: "stablehlo.fft", IFFT: "stablehlo.fft"}
+       Reduce: "stablehlo.reduce", FFT: "stablehlo.fft", IFFT: "stablehlo.fft",
+       Potrf: "stablehlo.custom_call"}
 
 #: a reducer body's one op -> the Reduce node's ``wcr`` (on integers, then on booleans,
 #: where they differ: DaCe reads ``and`` as logical, ``&`` as bitwise)
@@ -161,7 +167,7 @@ def blas_node(emit: Emitter, target_name: str, shape: tuple[int, int, int], stri
             return False
         node = blas.Dot("dot")
         inputs, output = {"_x": a.array, "_y": x.array}, "_result"
-    _emit(emit, target_name, node, inputs, output, target)
+    _emit(emit, target_name, node, inputs, {output: target})
     return True
 
 
@@ -181,7 +187,7 @@ def _batched_node(emit: Emitter, target_name: str, shape: tuple[int, int, int],
             or _dims(emit, target) != [(size, m * n), (m, n), (n, 1)]:
         return False
     _emit(emit, target_name, blas.BatchedMatMul("batched_gemm"),
-          {"_a": a.array, "_b": x.array}, "_c", target)
+          {"_a": a.array, "_b": x.array}, {"_c": target})
     return True
 
 
@@ -205,7 +211,7 @@ def reduce_node(emit: Emitter, target_name: str, operand: Array, target: Array,
     identity = float(init) if element.startswith("f") else int(init)
     node = Reduce("reduce", wcr=wcrs[-1] if element == "i1" else wcrs[0],
                   axes=sorted(int(d) for d in dimensions), identity=identity)
-    _emit(emit, target_name, node, {"_in": operand}, "_out", target)
+    _emit(emit, target_name, node, {"_in": operand}, {"_out": target})
 
 
 def fft_node(emit: Emitter, target_name: str, kind: str, lengths: Sequence[int],
@@ -221,8 +227,26 @@ def fft_node(emit: Emitter, target_name: str, kind: str, lengths: Sequence[int],
     node = kinds[kind](kind.lower())
     if kind == "IFFT":  # a float: DaCe's DFT writes a rational 1/n as C++'s integer 1/n
         node.factor = 1.0 / math.prod(lengths)
-    _emit(emit, target_name, node, {"_inp": operand}, "_out", target)
+    _emit(emit, target_name, node, {"_inp": operand}, {"_out": target})
     return True
+
+
+def factorises(emit: Emitter, target_name: str, matrix: ir.TensorType) -> bool:
+    """Whether a Cholesky factorisation of ``matrix`` is a Potrf node on the target: one
+    real f32 or f64 matrix (DaCe's node has no batch)."""
+    return (emit.library_nodes and Potrf in IMPLEMENTATIONS[target_name]
+            and matrix.element in _BLAS_ELEMENTS and matrix.rank == 2)
+
+
+def potrf_node(emit: Emitter, target_name: str, factor: Array, info: Array,
+               lower: bool) -> None:
+    """Emit the Cholesky factorisation of the row-major matrix ``factor`` in place (its
+    ``lower`` or upper triangle; the other is left as it was), LAPACK's ``info`` into
+    ``info``, as DaCe's Potrf node (where ``factorises``). DaCe's node factorises its
+    ``_xin`` array in place, so it reads and writes ``factor``: the caller has copied the
+    matrix there."""
+    _emit(emit, target_name, Potrf("potrf", lower=lower), {"_xin": factor},
+          {"_xout": factor, "_res": info})
 
 
 def reducer_of(node: Reduce) -> str:
@@ -239,7 +263,7 @@ def reducer_of(node: Reduce) -> str:
 
 
 def _emit(emit: Emitter, target_name: str, node: dace.nodes.LibraryNode,
-          inputs: dict[str, Array], output: str, target: Array) -> None:
+          inputs: dict[str, Array], outputs: dict[str, Array]) -> None:
     """``node`` in the current state, implemented as the target says, reading and writing
     whole arrays."""
     node.implementation = IMPLEMENTATIONS[target_name][type(node)]
@@ -247,7 +271,7 @@ def _emit(emit: Emitter, target_name: str, node: dace.nodes.LibraryNode,
         return dace.Memlet.from_array(array.name, emit.sdfg.arrays[array.name])
 
     emit.library_node(node, {conn: whole(array) for conn, array in inputs.items()},
-                        {output: whole(target)})
+                      {conn: whole(array) for conn, array in outputs.items()})
 
 
 def library_nodes(sdfg: dace.SDFG) -> dict[str, int]:
