@@ -28,7 +28,7 @@ from .optimize import Level
 from .plan import fusion, matvec, products, readers, updates
 from .plan.passes import STAGES, Pass, PassContext, block_pass, remove_dead_ops
 from .sdfg_build import CODE_PASSES
-from .sdfg_passes import buffers, rows, threads, tiling
+from .sdfg_passes import buffers, device, rows, threads, tiling
 
 
 def cpu_passes(level: Level) -> list[Pass]:
@@ -97,8 +97,25 @@ def cpu_passes(level: Level) -> list[Pass]:
     return passes
 
 
+def cuda_passes(level: Level) -> list[Pass]:
+    """The cuda target's passes at ``level``: the CPU's plan passes that decide what is
+    computed together and where results live (not the product kernels, which are the
+    CPU's BLAS calls and threads), then the placement on the GPU, which runs at every
+    level, ``none`` included: it is the target, not an optimisation (docs/gpu.md)."""
+    cpu = {p.name: p for p in cpu_passes(level)}
+    names = ("outer_products_as_multiplies", "fuse_elementwise", "fuse_into_readers",
+             "fuse_into_consumers", "contract_multiply_adds", "result_destinations",
+             "update_in_place", "loop_buffers", "swap_loop_buffers", "skip_replaced_windows",
+             "remove_dead_ops")
+    passes = [cpu[name] for name in names if name in cpu]
+    passes.append(Pass("to_device", "sdfg", device.to_device,
+                       "tasklets checked for host-only code, then DaCe's GPU "
+                       "transformation: maps as GPU kernels, arrays in GPU memory"))
+    return passes
+
+
 #: each target's passes, by level
-TARGETS = {"cpu": cpu_passes}
+TARGETS = {"cpu": cpu_passes, "cuda": cuda_passes}
 
 
 @dataclass(frozen=True)
@@ -116,8 +133,10 @@ class Pipeline:
 
     @property
     def key(self) -> str:
-        """What the pipeline adds to a binary's cache key: the passes that run."""
-        return ",".join(p.name for p in self.passes if p.name not in self.disabled)
+        """What the pipeline adds to a binary's cache key: the passes that run (and a
+        target other than the CPU's, whose keys stay what they were)."""
+        names = ",".join(p.name for p in self.passes if p.name not in self.disabled)
+        return names if self.target == "cpu" else f"{self.target}:{names}"
 
     def plan(self, module: ir.Module, context: PassContext) -> ir.Module:
         for step in self.stage("plan"):

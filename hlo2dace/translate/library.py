@@ -31,7 +31,9 @@ from .emitter import Emitter, origin
 
 #: per target, the implementation that expands each kind of library node
 IMPLEMENTATIONS = {"cpu": {blas.Gemm: "OpenBLAS", blas.Gemv: "OpenBLAS", blas.Dot: "OpenBLAS",
-                           blas.BatchedMatMul: "OpenBLAS"}}
+                           blas.BatchedMatMul: "OpenBLAS"},
+                   "cuda": {blas.Gemm: "cuBLAS", blas.Gemv: "cuBLAS", blas.Dot: "cuBLAS",
+                            blas.BatchedMatMul: "cuBLAS"}}
 
 #: the op each kind of node computes (``expand``)
 OPS = {kind: "stablehlo.dot_general" for kind in IMPLEMENTATIONS["cpu"]}
