@@ -260,7 +260,7 @@ class Lowered:
                 # defaults filled in), rather than from a copy (1.3 s at 3,000 ops); a later
                 # ``as_sdfg`` translates again
                 self._translation = None
-                with stage("C++ build"):
+                with stage("C++ build"), self.pipeline.build_environment():
                     program = runtime.build(sdfg, key, arguments, results, constants,
                                             self.level.cpu_flags, symbols, checks,
                                             process_values, self.pipeline.code_passes)
@@ -279,7 +279,7 @@ class Lowered:
                                 "for its job: profile it on one device")
         sdfg = copy.deepcopy(sdfg)
         adjust(sdfg)
-        with stage("C++ build"):
+        with stage("C++ build"), self.pipeline.build_environment():
             program = runtime.build_uncached(sdfg, folder, arguments, results, constants,
                                              self.level.cpu_flags, self.pipeline.code_passes)
         return Compiled(program, self)

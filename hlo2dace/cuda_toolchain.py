@@ -9,17 +9,20 @@ no ``nvcc`` driver, only ``ptxas``.
 
 The wheels ship versioned libraries only (``libcudart.so.13``), which CMake's
 ``FindCUDAToolkit`` does not find; ``build_root`` makes a private folder that mirrors the
-root and adds the unversioned names, and ``configure_dace`` points DaCe's configuration
-(``compiler.cuda.path``, its nvcc flags) and CMake (``CUDACXX``) at it.
+root and adds the unversioned names; ``configure_dace`` points DaCe's configuration
+(``compiler.cuda.path``, its nvcc flags) at it, and ``build_environment`` CMake too
+(``CUDACXX``, the extra's CMake), while a cuda program builds.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import shutil
 import sys
 from pathlib import Path
+from typing import Iterator
 
 from . import folders
 from .errors import UnsupportedError
@@ -110,27 +113,48 @@ def build_root() -> Path:
     return mirror
 
 
-def configure_dace(arch: str = DEFAULT_ARCHS[0]) -> Path:
-    """Point DaCe (its ``compiler.cuda`` settings) and CMake (``$CUDACXX``) at the CUDA
-    root, compiling for ``arch`` (``sm_90``); the root used."""
+def configure_dace(arch: str | None = None) -> Path:
+    """Point DaCe's ``compiler.cuda`` settings (this thread's: DaCe's configuration is
+    thread-local) at the CUDA root, compiling for ``arch`` (None: the one set before, else
+    ``sm_90``); the root used."""
     import dace
 
     root = build_root()
+    current = dace.Config.get("compiler", "cuda", "cuda_arch")
+    arch = arch.removeprefix("sm_") if arch else current or DEFAULT_ARCHS[0].removeprefix("sm_")
     dace.Config.set("compiler", "cuda", "backend", value="cuda")
     dace.Config.set("compiler", "cuda", "path", value=str(root))
-    dace.Config.set("compiler", "cuda", "cuda_arch", value=arch.removeprefix("sm_"))
+    dace.Config.set("compiler", "cuda", "cuda_arch", value=arch)
     args = dace.Config.get("compiler", "cuda", "args")
     missing = [flag for flag in NVCC_FLAGS if flag not in args.split()]
     if "20012" in args:
         missing = [flag for flag in missing if flag not in ("-diag-suppress", "20012")]
     if missing:
         dace.Config.set("compiler", "cuda", "args", value=" ".join([args, *missing]).strip())
-    os.environ["CUDACXX"] = str(root / "bin" / "nvcc")
-    os.environ.setdefault("CUDAToolkit_ROOT", str(root))
-    cmake = cmake_bin_dir()
-    if cmake is not None and os.environ.get("PATH", "").split(os.pathsep)[0] != cmake:
-        os.environ["PATH"] = os.pathsep.join([cmake, os.environ.get("PATH", "")])
     return root
+
+
+@contextlib.contextmanager
+def build_environment() -> Iterator[Path]:
+    """While a cuda program builds: DaCe configured (``configure_dace``), CMake given the
+    CUDA compiler (``$CUDACXX``, ``$CUDAToolkit_ROOT``) and the extra's CMake first on
+    ``PATH``; the environment restored afterwards, so that the CPU's builds in the same
+    process run as they did."""
+    root = configure_dace()
+    saved = {name: os.environ.get(name) for name in ("CUDACXX", "CUDAToolkit_ROOT", "PATH")}
+    os.environ["CUDACXX"] = str(root / "bin" / "nvcc")
+    os.environ["CUDAToolkit_ROOT"] = str(root)
+    cmake = cmake_bin_dir()
+    if cmake is not None:
+        os.environ["PATH"] = os.pathsep.join([cmake, saved["PATH"] or ""])
+    try:
+        yield root
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def cmake_bin_dir() -> str | None:

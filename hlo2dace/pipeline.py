@@ -18,10 +18,11 @@ can be switched off by name (``hlo2dace.jit(f, disable_passes=[...])``, ``hlo2da
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from . import ir
+from . import cuda_toolchain, ir
 from .errors import ArgumentError
 from .machine import Machine, current_machine
 from .optimize import Level
@@ -116,6 +117,9 @@ def cuda_passes(level: Level) -> list[Pass]:
 
 #: each target's passes, by level
 TARGETS = {"cpu": cpu_passes, "cuda": cuda_passes}
+#: what a target's build needs around it (the CPU's: DaCe as hlo2dace configures it)
+BUILD_ENVIRONMENTS = {"cpu": contextlib.nullcontext,
+                      "cuda": cuda_toolchain.build_environment}
 
 
 @dataclass(frozen=True)
@@ -146,6 +150,11 @@ class Pipeline:
     def transform(self, sdfg: Any, context: PassContext) -> None:
         for step in self.stage("sdfg"):
             step.run(sdfg, context)
+
+    def build_environment(self) -> contextlib.AbstractContextManager:
+        """The context the target's build runs in (the cuda target's: DaCe and CMake
+        pointed at the CUDA toolchain, ``cuda_toolchain.build_environment``)."""
+        return BUILD_ENVIRONMENTS[self.target]()
 
     @property
     def code_passes(self) -> frozenset[str]:

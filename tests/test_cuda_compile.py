@@ -8,6 +8,7 @@ file), once per test session (``checked``)."""
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -215,3 +216,18 @@ def test_build_root_has_unversioned_libraries():
     assert (root / "lib" / "libcudart.so").exists()
     assert (root / "bin" / "nvcc").exists()
     assert (root / "include" / "cuda_runtime.h").exists()
+
+
+def test_build_environment_is_restored(monkeypatch):
+    """CMake is given nvcc while a cuda program builds, and the CPU's builds after it run
+    with the environment they had."""
+    import os
+
+    needs(cuda_toolchain.available(), "the CUDA toolchain (pip install '.[cuda]')")
+    monkeypatch.delenv("CUDACXX", raising=False)
+    path = os.environ["PATH"]
+    with pipeline("cuda").build_environment() as root:
+        assert os.environ["CUDACXX"] == str(root / "bin" / "nvcc")
+        assert Path(os.environ["CUDACXX"]).is_file()
+    assert "CUDACXX" not in os.environ
+    assert os.environ["PATH"] == path

@@ -15,7 +15,6 @@ import re
 
 import dace
 
-from .. import cuda_toolchain
 from ..errors import UnsupportedError
 from ..plan.passes import PassContext
 from ..translate.emitter import OP_COMMENT
@@ -127,5 +126,3 @@ def to_device(sdfg: dace.SDFG, context: PassContext) -> None:
     # without DaCe's simplify, which the CPU target does not run either (its dead
     # dataflow elimination fails on hlo2dace's tasklets without outputs)
     sdfg.apply_gpu_transformations(simplify=False)
-    if cuda_toolchain.available():  # the build that follows, on this thread, runs nvcc
-        cuda_toolchain.configure_dace()
