@@ -110,6 +110,52 @@ def _indexing(x, idx):
     return x[idx], x.at[idx].add(1.0), x.at[idx, 2].set(0.0), jnp.take(x, idx, axis=1)
 
 
+def _int_reductions(x, b):
+    return (x.sum(axis=0), x.max(axis=1), x.min(), jnp.prod(x[:3], axis=0), jnp.argmin(x, 0),
+            b.all(axis=1), b.any(), jnp.count_nonzero(b, axis=0))
+
+
+def _scatters(x, idx, segments):
+    return (jax.ops.segment_sum(x, segments, num_segments=4), x.at[idx].max(0.5),
+            x.at[idx].min(-0.5), x.at[idx].multiply(2.0), x.at[-1].set(3.0),
+            x.at[idx, idx].add(1.0))
+
+
+def _gathers(x, idx):
+    return (jnp.take_along_axis(x, jnp.broadcast_to(idx, (32, 4)), axis=1),
+            x[:, idx], x[idx[:, None], idx[None, :]], x[jnp.array([1, -1])])
+
+
+def _scans(x):
+    def step(carry, row):
+        carry = carry * 0.9 + row
+        return carry, carry.sum()
+
+    last, sums = lax.scan(step, jnp.zeros(x.shape[1], x.dtype), x)
+    written = lax.fori_loop(0, 8, lambda i, a: lax.dynamic_update_slice(
+        a, jnp.full((1, 48), i, a.dtype), (i, 0)), x)
+    return last, sums, written
+
+
+def _nested(x, n):
+    def body(i, c):
+        return lax.cond(i % 2 == 0, lambda: c + 1, lambda: c * 0.5)
+
+    return lax.fori_loop(0, n, body, x), lax.switch(n % 2, [jnp.sin, jnp.cos], x)
+
+
+def _softmax(x):
+    return (jax.nn.softmax(x, axis=1), jax.nn.logsumexp(x, axis=0), jnp.where(x > 2, x, 0.0),
+            jnp.clip(x, 1, 3), jnp.arange(48) * x, jax.nn.relu(x) @ x.T)
+
+
+def _equation_of_state(t, s, p):
+    """pyhpc's equation_of_state flavour: a long f64 expression over three fields."""
+    r = jnp.sqrt(s + 35.0) * t / (p + 1.0)
+    return (r ** 3 - 2 * r * jnp.exp(-t / 40) + jnp.log1p(s) * jnp.tanh(p / 1e3),
+            (t * s).sum(axis=-1))
+
+
 #: name -> (function, arguments): the programs compiled, by family
 PROGRAMS = {
     **{f"elementwise_{np.dtype(d).name}": _elementwise(d) for d in DTYPES
@@ -126,6 +172,14 @@ PROGRAMS = {
     "random": (_random, (jax.random.PRNGKey(0), np.arange(4, dtype=np.uint32))),
     "convolution_i32": (_convolution, (_array(i32, (2, 3, 8, 8)), _array(i32, (4, 3, 3, 3)))),
     "indexing": (_indexing, (x32, np.array([3, 1, 7], np.int32))),
+    "reductions_i32": (_int_reductions, (_array(i32, (32, 48)), _array(np.bool_, (32, 48)))),
+    "scatters": (_scatters, (x32, np.array([3, 1, 7, 3], np.int32),
+                             np.arange(32, dtype=np.int32) % 4)),
+    "gathers": (_gathers, (x32, np.array([3, 1, 7, 0], np.int32))),
+    "scans": (_scans, (x32,)),
+    "nested_control": (_nested, (x32, np.int32(5))),
+    "softmax": (_softmax, (x32,)),
+    "equation_of_state": (_equation_of_state, (x64, x64 + 1, x64 * 100)),
 }
 
 
@@ -231,3 +285,20 @@ def test_build_environment_is_restored(monkeypatch):
         assert Path(os.environ["CUDACXX"]).is_file()
     assert "CUDACXX" not in os.environ
     assert os.environ["PATH"] == path
+
+
+def test_a_compiler_error_fails_the_check():
+    """A kernel that calls what the device does not have fails its program's check."""
+    import dace
+
+    needs(cuda_toolchain.available(), "the CUDA toolchain (pip install '.[cuda]')")
+    sdfg = dace.SDFG("broken_kernel")
+    sdfg.add_array("A", [8], dace.float32)
+    sdfg.add_state().add_mapped_tasklet(
+        "calls_host", {"i": "0:8"}, {}, "__out = h2d::no_such_helper(1.0f);",
+        {"__out": dace.Memlet("A[i]")}, language=dace.Language.CPP, external_edges=True)
+    sdfg.apply_gpu_transformations(simplify=False)
+    result, = cuda_check.check([sdfg], archs=("sm_90",))
+    assert not result.ok
+    assert any("broken_kernel_cuda.cu" in e and "error" in e for e in result.errors), \
+        result.output[-2000:]
