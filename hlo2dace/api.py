@@ -579,11 +579,15 @@ def _signature_of(source: Any) -> tuple | None:
     return None
 
 
-def compile_text(source: Any, optimize: Options | str | None = None) -> Compiled:
+def compile_text(source: Any, optimize: Options | str | None = None,
+                 target: str | None = None) -> Compiled:
     """Compile a StableHLO module (text in pretty or generic form, MLIR bytecode, a portable
     artifact, ``Exported.serialize()`` bytes, a ``jax.export.Exported`` or a
-    ``jax.stages.Lowered``) into a callable, at the optimisation level ``optimize``
-    (``Compiled`` says how each is called)."""
+    ``jax.stages.Lowered``) into a callable, at the optimisation level ``optimize``, for
+    ``target`` ("cpu", the default, or "cuda": docs/gpu.md) (``Compiled`` says how each
+    is called)."""
+    if target is not None:
+        optimize = dataclasses.replace(Options.of(optimize), target=target)
     return lower_text(source, optimize=optimize).compile()
 
 

@@ -302,3 +302,13 @@ def test_a_compiler_error_fails_the_check():
     assert not result.ok
     assert any("broken_kernel_cuda.cu" in e and "error" in e for e in result.errors), \
         result.output[-2000:]
+
+
+def test_command_line_target(capsys):
+    """``hlo2dace passes --target cuda`` lists the cuda pipeline."""
+    from hlo2dace import cli
+
+    assert cli.main(["passes", "--target", "cuda"]) == 0
+    listing = capsys.readouterr().out
+    assert "target cuda" in listing and "to_device" in listing
+    assert "choose_product_kernels" not in listing
