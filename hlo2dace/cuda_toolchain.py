@@ -3,15 +3,15 @@
 A CUDA root is found, in this order: ``$CUDA_HOME`` (or ``$CUDA_PATH``), NVIDIA's CUDA 13
 wheels of the ``cuda`` extra (``pip install 'hlo2dace[cuda]'``: ``nvidia-cuda-nvcc``,
 ``nvidia-nvvm``, ``nvidia-cuda-crt``, ``nvidia-cuda-runtime``, ``nvidia-cublas``,
-``nvidia-cuda-cccl``, which unpack into one root, ``site-packages/nvidia/cu13``; and
-``cmake``, newer than Debian's), then the ``nvcc`` on ``PATH``. The CUDA 12 wheels hold
+``nvidia-cuda-cccl``, which unpack into one root, ``site-packages/nvidia/cu13``), then the
+``nvcc`` on ``PATH``. The CUDA 12 wheels hold
 no ``nvcc`` driver, only ``ptxas``.
 
 The wheels ship versioned libraries only (``libcudart.so.13``), which CMake's
 ``FindCUDAToolkit`` does not find; ``build_root`` makes a private folder that mirrors the
 root and adds the unversioned names; ``configure_dace`` points DaCe's configuration
 (``compiler.cuda.path``, its nvcc flags) at it, and ``build_environment`` CMake too
-(``CUDACXX``, the extra's CMake), while a cuda program builds.
+(``CUDACXX``, PyPI's CMake), while a cuda program builds.
 """
 
 from __future__ import annotations
@@ -137,7 +137,7 @@ def configure_dace(arch: str | None = None) -> Path:
 @contextlib.contextmanager
 def build_environment() -> Iterator[Path]:
     """While a cuda program builds: DaCe configured (``configure_dace``), CMake given the
-    CUDA compiler (``$CUDACXX``, ``$CUDAToolkit_ROOT``) and the extra's CMake first on
+    CUDA compiler (``$CUDACXX``, ``$CUDAToolkit_ROOT``) and PyPI's CMake first on
     ``PATH``; the environment restored afterwards, so that the CPU's builds in the same
     process run as they did."""
     root = configure_dace()
@@ -158,9 +158,10 @@ def build_environment() -> Iterator[Path]:
 
 
 def cmake_bin_dir() -> str | None:
-    """The folder of the PyPI ``cmake`` of the ``cuda`` extra, which DaCe's build then runs:
-    Debian bookworm's CMake 3.25 does not know nvcc's C++20 dialect ("CUDA20"), which
-    DaCe's CMakeLists asks for; 3.31 does. None where it is not installed."""
+    """The folder of PyPI's ``cmake`` (a dependency of DaCe's, 4.4 here), which the cuda
+    target's builds run: Debian bookworm's CMake 3.25, first on ``PATH`` unless the
+    virtual environment is activated, does not know nvcc's C++20 dialect ("CUDA20") that
+    DaCe's CMakeLists asks for; 3.31 and 4.4 do. None where it is not installed."""
     try:
         import cmake
     except ImportError:

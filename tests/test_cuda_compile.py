@@ -312,3 +312,22 @@ def test_command_line_target(capsys):
     listing = capsys.readouterr().out
     assert "target cuda" in listing and "to_device" in listing
     assert "choose_product_kernels" not in listing
+
+
+def test_cmake_builds_a_cuda_program(tmp_path, monkeypatch):
+    """DaCe's CMake build of a cuda program configures, compiles and links against the
+    extra's toolchain (25 s); without a GPU, loading it is a clear error, with one, it runs."""
+    import shutil
+
+    needs(cuda_toolchain.available() and cuda_toolchain.cmake_bin_dir() is not None,
+          "the CUDA toolchain (pip install '.[cuda]') and PyPI's CMake (DaCe's dependency)")
+    monkeypatch.setenv("HLO2DACE_CACHE_DIR", str(tmp_path))
+    x = _array(f32, (16, 16))
+    lowered = hlo2dace.jit(lambda a: jnp.sin(a) @ a, target="cuda").lower(x)
+    compiled = lowered.compile()
+    assert list(tmp_path.rglob("*.so")), "no library was built"
+    if shutil.which("nvidia-smi") is None:
+        with pytest.raises(hlo2dace.errors.CompilationError, match="initialisation failed"):
+            compiled(x)
+    else:
+        np.testing.assert_allclose(compiled(x), np.sin(x) @ x, rtol=1e-5)
