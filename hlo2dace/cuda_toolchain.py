@@ -89,6 +89,23 @@ def include_dirs() -> list[Path]:
             if folder.is_dir()]
 
 
+def key() -> str:
+    """What a cuda program's binary depends on besides its code, for its cache key: the
+    architecture it is compiled for (this thread's DaCe setting, else ``sm_90``) and the
+    toolchain (its root and, for the wheels, nvcc's version)."""
+    import importlib.metadata
+
+    import dace
+
+    arch = dace.Config.get("compiler", "cuda", "cuda_arch") or DEFAULT_ARCHS[0]
+    root = cuda_root()
+    try:
+        version = importlib.metadata.version("nvidia-cuda-nvcc")
+    except importlib.metadata.PackageNotFoundError:
+        version = ""
+    return f"sm_{arch.removeprefix('sm_')},{root or 'no toolchain'},{version}"
+
+
 def build_root() -> Path:
     """A CUDA root CMake can use: the root itself where its libraries have unversioned
     names, else a private folder of links to it, its ``lib`` holding ``libcudart.so`` and

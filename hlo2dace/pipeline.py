@@ -117,6 +117,8 @@ def cuda_passes(level: Level) -> list[Pass]:
 
 #: each target's passes, by level
 TARGETS = {"cpu": cpu_passes, "cuda": cuda_passes}
+#: what a target's binaries depend on besides their code, for the cache key
+TARGET_KEYS = {"cpu": lambda: "", "cuda": cuda_toolchain.key}
 #: what a target's build needs around it (the CPU's: DaCe as hlo2dace configures it)
 BUILD_ENVIRONMENTS = {"cpu": contextlib.nullcontext,
                       "cuda": cuda_toolchain.build_environment}
@@ -137,10 +139,12 @@ class Pipeline:
 
     @property
     def key(self) -> str:
-        """What the pipeline adds to a binary's cache key: the passes that run (and a
-        target other than the CPU's, whose keys stay what they were)."""
+        """What the pipeline adds to a binary's cache key: the passes that run, and for a
+        target other than the CPU (whose keys stay what they were) the target and what
+        its binaries depend on (``TARGET_KEYS``: the GPU architecture, the toolchain)."""
         names = ",".join(p.name for p in self.passes if p.name not in self.disabled)
-        return names if self.target == "cpu" else f"{self.target}:{names}"
+        toolchain = TARGET_KEYS[self.target]()
+        return f"{self.target}[{toolchain}]:{names}" if toolchain else names
 
     def plan(self, module: ir.Module, context: PassContext) -> ir.Module:
         for step in self.stage("plan"):

@@ -245,7 +245,7 @@ def test_host_only_ops_are_refused(fn, args, op):
 
 def test_cpu_pipeline_has_no_device_pass():
     assert "to_device" not in pipeline("cpu").key
-    assert pipeline("cuda").key.startswith("cuda:")
+    assert pipeline("cuda").key.startswith("cuda[sm_90,")
 
 
 def test_cuda_home_is_found_first(tmp_path, monkeypatch):
@@ -331,3 +331,16 @@ def test_cmake_builds_a_cuda_program(tmp_path, monkeypatch):
             compiled(x)
     else:
         np.testing.assert_allclose(compiled(x), np.sin(x) @ x, rtol=1e-5)
+
+
+def test_the_architecture_is_in_the_cache_key():
+    """A binary built for one GPU architecture is not reused for another."""
+    import dace
+
+    before = pipeline("cuda").key
+    old = dace.Config.get("compiler", "cuda", "cuda_arch")
+    dace.Config.set("compiler", "cuda", "cuda_arch", value="80")
+    try:
+        assert pipeline("cuda").key.startswith("cuda[sm_80,") and pipeline("cuda").key != before
+    finally:
+        dace.Config.set("compiler", "cuda", "cuda_arch", value=old)
