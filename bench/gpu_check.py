@@ -32,11 +32,15 @@ def install() -> None:
 
 
 def gpu_name() -> str:
-    done = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version",
-                           "--format=csv,noheader"], capture_output=True, text=True)
-    if done.returncode != 0:
-        sys.exit("no NVIDIA GPU (nvidia-smi failed): the compile check is "
-                 "tests/test_cuda_compile.py")
+    """The GPU and its driver, as nvidia-smi names them; exits where there is none."""
+    try:
+        done = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version",
+                               "--format=csv,noheader"], capture_output=True, text=True)
+    except FileNotFoundError:
+        done = None
+    if done is None or done.returncode != 0:
+        sys.exit("no NVIDIA GPU (nvidia-smi failed or is missing): without one, the check "
+                 "of the cuda target is tests/test_cuda_compile.py")
     return done.stdout.strip()
 
 
