@@ -344,3 +344,17 @@ def test_the_architecture_is_in_the_cache_key():
         assert pipeline("cuda").key.startswith("cuda[sm_80,") and pipeline("cuda").key != before
     finally:
         dace.Config.set("compiler", "cuda", "cuda_arch", value=old)
+
+
+def test_every_family_has_a_cuda_rule():
+    """Every op family that translates for the CPU says whether it runs on the device
+    (translate/cuda.py): a new family needs a rule."""
+    from hlo2dace.translate import cuda, registry
+
+    families = {registry.record(name).family for name in registry.supported_ops("cpu")
+                if registry.record(name).translator("cpu") is not None}
+    missing = families - set(cuda.DEVICE_FAMILIES) - set(cuda.HOST_FAMILIES)
+    assert not missing, f"no cuda rule for the families {sorted(missing)}"
+    assert not [name for name in registry.supported_ops("cpu")
+                if registry.record(name).translator("cpu") is not None
+                and registry.record(name).translator("cuda") is None]

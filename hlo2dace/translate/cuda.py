@@ -40,7 +40,9 @@ def _refusal(reason: str) -> Callable:
 
 def register_rules() -> None:
     """Register the cuda target's translator of every op a family registered for the
-    CPU (run once, after every family is imported)."""
+    CPU (run once, after every family is imported). A family with no rule here gets none:
+    its ops are the registry's "no translator for this op on the cuda target" error, and
+    ``tests/test_cuda_compile.py`` fails until the family is given a rule."""
     for name in registry.supported_ops("cpu"):
         found = registry.record(name)
         translate = found.translator("cpu")
@@ -49,6 +51,5 @@ def register_rules() -> None:
         if found.family in HOST_FAMILIES:
             translate = _refusal(HOST_FAMILIES[found.family])
         elif found.family not in DEVICE_FAMILIES:
-            raise ValueError(f"{name}: the family {found.family} has no rule for the "
-                             f"{TARGET} target (translate/cuda.py)")
+            continue
         registry.register(name, target=TARGET)(translate)
