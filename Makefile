@@ -1,6 +1,7 @@
 # `make demo` and `make test` set everything up on a fresh machine: the virtual environment
-# with the pinned versions (mpi4py among the test extras), and Debian's OpenBLAS, LAPACKE,
-# FFTW and OpenMPI where apt-get can install them.
+# with the pinned versions (mpi4py among the test extras; the cuda extra's NVIDIA wheels,
+# about 630 MB, for the nvcc compile check of tests/test_cuda_compile.py), and Debian's
+# OpenBLAS, LAPACKE, FFTW and OpenMPI where apt-get can install them.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
@@ -12,7 +13,7 @@ NATIVE_PACKAGES := libopenblas-dev liblapacke-dev libfftw3-dev libopenmpi-dev op
 $(STAMP): pyproject.toml | libs  # OpenMPI first: mpi4py may build against it
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[test,cuda]'
 	touch $(STAMP)
 
 # Products use OpenBLAS, linear algebra LAPACK, FFTs FFTW; without them products are loop

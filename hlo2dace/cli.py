@@ -48,10 +48,11 @@ def _sizes(args) -> dict[str, int]:
 
 
 def _options(args):
-    """The compilation options of ``-O`` and ``--disable``."""
+    """The compilation options of ``-O``, ``--disable`` and ``--target``."""
     from .pipeline import Options
 
-    return Options(args.optimize, tuple(getattr(args, "disable", None) or ()))
+    return Options(args.optimize, tuple(getattr(args, "disable", None) or ()),
+                   target=getattr(args, "target", None) or "cpu")
 
 
 def _dimension_groups(lowered, args) -> list[list[str]]:
@@ -633,6 +634,9 @@ def main(argv=None) -> int:
     disable = {"action": "append", "metavar": "PASS",
                "help": "do not run this pass (repeat for each; hlo2dace passes lists them)"}
     convert.add_argument("--disable", **disable)
+    target = {"choices": ["cpu", "cuda"], "default": "cpu",
+              "help": "the code's target (cuda: docs/gpu.md; default: cpu)"}
+    convert.add_argument("--target", **target)
     convert.set_defaults(handler=_convert)
     passes = commands.add_parser(
         "passes", help="list the passes a compilation runs; with a module, show it planned",
@@ -643,6 +647,7 @@ def main(argv=None) -> int:
     passes.add_argument("input", nargs="?")
     passes.add_argument("-O", "--optimize", **levels)
     passes.add_argument("--disable", **disable)
+    passes.add_argument("--target", **target)
     passes.add_argument("--shape", **shape)
     passes.add_argument("--locations", action="store_true",
                         help="with a module: each op's source location too")
@@ -662,6 +667,7 @@ def main(argv=None) -> int:
              "help": "run as an MPI job of N ranks (launches mpirun; docs/distributed.md)"}
     run.add_argument("--ranks", **ranks)
     run.add_argument("--disable", **disable)
+    run.add_argument("--target", **target)
     run.add_argument("--time", action="store_true", help=argparse.SUPPRESS)
     run.set_defaults(handler=_run)
     compare = commands.add_parser(

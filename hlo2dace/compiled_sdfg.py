@@ -60,5 +60,10 @@ def entry_point(compiled: Any, arguments: dict[str, Any]) -> EntryPoint:
         raise CompilationError(
             f"DaCe {dace.__version__}'s CompiledSDFG has no {exc.name}: hlo2dace reads "
             f"the C signature of DaCe {KNOWN_DACE}'s (hlo2dace/compiled_sdfg.py)") from None
+    if not handle.value:  # DaCe's initialisation returned no state, and printed why
+        compiled._initialized = False  # else DaCe's finalize exits a null state (a crash)
+        raise CompilationError(
+            "the program's initialisation failed (its message is above: a cuda program on "
+            "a machine without a usable NVIDIA GPU and driver fails here, docs/gpu.md)")
     return EntryPoint(function, handle, tuple((name, isinstance(types[name], dace.data.Array))
                                               for name in names))

@@ -18,17 +18,18 @@ can be switched off by name (``hlo2dace.jit(f, disable_passes=[...])``, ``hlo2da
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from . import ir
+from . import cuda_toolchain, ir
 from .errors import ArgumentError
 from .machine import Machine, current_machine
 from .optimize import Level
 from .plan import fusion, matvec, products, readers, updates
 from .plan.passes import STAGES, Pass, PassContext, block_pass, remove_dead_ops
 from .sdfg_build import CODE_PASSES
-from .sdfg_passes import buffers, rows, threads, tiling
+from .sdfg_passes import buffers, device, rows, threads, tiling
 
 
 def cpu_passes(level: Level) -> list[Pass]:
@@ -97,8 +98,30 @@ def cpu_passes(level: Level) -> list[Pass]:
     return passes
 
 
+def cuda_passes(level: Level) -> list[Pass]:
+    """The cuda target's passes at ``level``: the CPU's plan passes that decide what is
+    computed together and where results live (not the product kernels, which are the
+    CPU's BLAS calls and threads), then the placement on the GPU, which runs at every
+    level, ``none`` included: it is the target, not an optimisation (docs/gpu.md)."""
+    cpu = {p.name: p for p in cpu_passes(level)}
+    names = ("outer_products_as_multiplies", "fuse_elementwise", "fuse_into_readers",
+             "fuse_into_consumers", "contract_multiply_adds", "result_destinations",
+             "update_in_place", "loop_buffers", "swap_loop_buffers", "skip_replaced_windows",
+             "remove_dead_ops")
+    passes = [cpu[name] for name in names if name in cpu]
+    passes.append(Pass("to_device", "sdfg", device.to_device,
+                       "tasklets checked for host-only code, then DaCe's GPU "
+                       "transformation: maps as GPU kernels, arrays in GPU memory"))
+    return passes
+
+
 #: each target's passes, by level
-TARGETS = {"cpu": cpu_passes}
+TARGETS = {"cpu": cpu_passes, "cuda": cuda_passes}
+#: what a target's binaries depend on besides their code, for the cache key
+TARGET_KEYS = {"cpu": lambda: "", "cuda": cuda_toolchain.key}
+#: what a target's build needs around it (the CPU's: DaCe as hlo2dace configures it)
+BUILD_ENVIRONMENTS = {"cpu": contextlib.nullcontext,
+                      "cuda": cuda_toolchain.build_environment}
 
 
 @dataclass(frozen=True)
@@ -116,8 +139,12 @@ class Pipeline:
 
     @property
     def key(self) -> str:
-        """What the pipeline adds to a binary's cache key: the passes that run."""
-        return ",".join(p.name for p in self.passes if p.name not in self.disabled)
+        """What the pipeline adds to a binary's cache key: the passes that run, and for a
+        target other than the CPU (whose keys stay what they were) the target and what
+        its binaries depend on (``TARGET_KEYS``: the GPU architecture, the toolchain)."""
+        names = ",".join(p.name for p in self.passes if p.name not in self.disabled)
+        toolchain = TARGET_KEYS[self.target]()
+        return f"{self.target}[{toolchain}]:{names}" if toolchain else names
 
     def plan(self, module: ir.Module, context: PassContext) -> ir.Module:
         for step in self.stage("plan"):
@@ -127,6 +154,11 @@ class Pipeline:
     def transform(self, sdfg: Any, context: PassContext) -> None:
         for step in self.stage("sdfg"):
             step.run(sdfg, context)
+
+    def build_environment(self) -> contextlib.AbstractContextManager:
+        """The context the target's build runs in (the cuda target's: DaCe and CMake
+        pointed at the CUDA toolchain, ``cuda_toolchain.build_environment``)."""
+        return BUILD_ENVIRONMENTS[self.target]()
 
     @property
     def code_passes(self) -> frozenset[str]:

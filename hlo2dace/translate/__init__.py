@@ -5,6 +5,7 @@ from . import (  # noqa: F401  (registration)
     collectives,
     control,
     convolution,
+    cuda,
     custom_call,
     elementwise,
     expansions,
@@ -20,5 +21,7 @@ from . import (  # noqa: F401  (registration)
 )
 from .builder import Builder
 from .registry import supported_ops
+
+cuda.register_rules()  # after every family: the cuda target's rule for each
 
 __all__ = ["Builder", "supported_ops"]

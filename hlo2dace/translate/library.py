@@ -55,7 +55,9 @@ OWN = "hlo2dace"
 #: per target, the implementation that expands each kind of library node
 IMPLEMENTATIONS = {"cpu": {blas.Gemm: "OpenBLAS", blas.Gemv: "OpenBLAS", blas.Dot: "OpenBLAS",
                            blas.BatchedMatMul: "OpenBLAS", Reduce: OWN, FFT: OWN, IFFT: OWN,
-                           Potrf: OWN}}
+                           Potrf: OWN},
+                   "cuda": {blas.Gemm: "cuBLAS", blas.Gemv: "cuBLAS", blas.Dot: "cuBLAS",
+                            blas.BatchedMatMul: "cuBLAS"}}
 
 #: the op each kind of node computes (``expand``)
 OPS = {**{kind: "stablehlo.dot_general" for kind in (blas.Gemm, blas.Gemv, blas.Dot,

@@ -7,17 +7,17 @@
 namespace h2d {
 
 // ------------------------------------------------------------------ arithmetic
-template <typename T> inline T add(T a, T b) {
+template <typename T> H2D_FN inline T add(T a, T b) {
     if constexpr (std::is_same_v<T, bool>) return a || b;
     else if constexpr (is_int<T>) return (T)((uns<T>)a + (uns<T>)b);
     else return a + b;
 }
-template <typename T> inline T sub(T a, T b) {
+template <typename T> H2D_FN inline T sub(T a, T b) {
     if constexpr (std::is_same_v<T, bool>) return a != b;
     else if constexpr (is_int<T>) return (T)((uns<T>)a - (uns<T>)b);
     else return a - b;
 }
-template <typename T> inline T mul(T a, T b) {
+template <typename T> H2D_FN inline T mul(T a, T b) {
     if constexpr (std::is_same_v<T, bool>) return a && b;
     else if constexpr (is_int<T>) {
         // promote so that e.g. uint16 * uint16 does not overflow a signed int
@@ -29,7 +29,7 @@ template <typename T> inline T mul(T a, T b) {
 // x * y + z as XLA's CPU code computes an add or subtract of a product that has no other
 // use (fusion.py: ``contraction``): LLVM contracts them into one fused multiply-add, one
 // rounding, where the machine has FMA; elsewhere the product is rounded first.
-template <typename T> inline T mul_add(T x, T y, T z) {
+template <typename T> H2D_FN inline T mul_add(T x, T y, T z) {
 #if defined(__FMA__)
     return std::fma(x, y, z);
 #else
@@ -42,7 +42,7 @@ template <typename T> inline T mul_add(T x, T y, T z) {
 // f16 op in float and rounds it to f16, and converts f64 through float. Operands are f16
 // values held in floats; the results are rounded to f16 by the caller (`fit`), which
 // leaves an f16 value as it is.
-inline float mul_add_f16(float x, float y, float z) {
+H2D_FN inline float mul_add_f16(float x, float y, float z) {
 #if defined(__AVX512FP16__)
     // exact product, one rounding to double, one to f16: the double's rounding only loses
     // bits of a product below half an f16 unit of z, where z is the f16 result either way
@@ -51,19 +51,19 @@ inline float mul_add_f16(float x, float y, float z) {
     return round_f16(x * y) + z;
 #endif
 }
-inline float f64_to_f16(double x) {
+H2D_FN inline float f64_to_f16(double x) {
 #if defined(__AVX512FP16__)
     return (float)(_Float16)x;
 #else
     return (float)x;
 #endif
 }
-template <typename T> inline T neg(T a) {
+template <typename T> H2D_FN inline T neg(T a) {
     if constexpr (is_int<T>) return (T)(uns<T>(0) - (uns<T>)a);
     else return -a;
 }
 // x / 0 = -1 (all bits set); INT_MIN / -1 = INT_MIN (XLA's semantics).
-template <typename T> inline T div(T a, T b) {
+template <typename T> H2D_FN inline T div(T a, T b) {
     if constexpr (std::is_same_v<T, bool>) return b ? a : true;
     else if constexpr (is_int<T>) {
         if (b == 0) return (T)-1;
@@ -75,7 +75,7 @@ template <typename T> inline T div(T a, T b) {
     else return a / b;
 }
 // x % 0 = x; INT_MIN % -1 = 0; the sign follows the dividend (C's fmod for floats).
-template <typename T> inline T rem(T a, T b) {
+template <typename T> H2D_FN inline T rem(T a, T b) {
     if constexpr (std::is_same_v<T, bool>) return b ? false : a;
     else if constexpr (is_int<T>) {
         if (b == 0) return a;
@@ -85,7 +85,7 @@ template <typename T> inline T rem(T a, T b) {
         return (T)(a % b);
     } else return std::fmod(a, b);
 }
-template <typename T> inline auto abs_(T a) {
+template <typename T> H2D_FN inline auto abs_(T a) {
     if constexpr (is_int<T>) return a < 0 ? neg(a) : a;
     else if constexpr (is_complex<T>) return cx::abs(a);
     else return std::abs(a);
@@ -99,7 +99,7 @@ template <typename T> inline auto abs_(T a) {
 // loops into lanes instead. Ties take the AND (max) or OR (min) of the bits, not a select
 // on the sign: GCC 12 gave up on a loop of two maxima of minima with the nested select
 // ("no vectype"; pyhpc's superbee limiter).
-template <typename T> inline T max_(T a, T b) {
+template <typename T> H2D_FN inline T max_(T a, T b) {
     if constexpr (is_complex<T>) {
         return a.real() >= b.real() ? a : b;
     } else if constexpr (std::is_floating_point_v<T>) {
@@ -111,7 +111,7 @@ template <typename T> inline T max_(T a, T b) {
         return flush(m);
     } else return a > b ? a : b;
 }
-template <typename T> inline T min_(T a, T b) {
+template <typename T> H2D_FN inline T min_(T a, T b) {
     if constexpr (is_complex<T>) {
         return a.real() <= b.real() ? a : b;
     } else if constexpr (std::is_floating_point_v<T>) {
@@ -124,9 +124,9 @@ template <typename T> inline T min_(T a, T b) {
     } else return a < b ? a : b;
 }
 // XLA's order (it matters for complex numbers, where ties keep the left operand).
-template <typename T> inline T clamp(T lo, T x, T hi) { return min_(max_(lo, x), hi); }
+template <typename T> H2D_FN inline T clamp(T lo, T x, T hi) { return min_(max_(lo, x), hi); }
 
-template <typename T> inline T sign(T a) {
+template <typename T> H2D_FN inline T sign(T a) {
     if constexpr (is_complex<T>) {
         return cx::sign(a);
     } else if constexpr (std::is_floating_point_v<T>) {
@@ -143,7 +143,7 @@ template <typename T> inline T sign(T a) {
 // bits count (2^64 = 1); negative exponents give 0 except for bases 1 and -1, and XLA reads
 // an unsigned exponent with its top bit set as negative too. Every case is computed and one
 // selected (`blend`), so that loops vectorise.
-template <typename T> inline T pow_(T a, T b) {
+template <typename T> H2D_FN inline T pow_(T a, T b) {
     if constexpr (is_int<T>) {
         using S = std::make_signed_t<T>;
         T result = 1, base = a;

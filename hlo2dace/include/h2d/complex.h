@@ -13,17 +13,17 @@ namespace cx {
 // A complex number made of its parts, written as the two floats the standard lets a
 // std::complex be read as: GCC 12 does not vectorise a loop that stores a complex number
 // built of two fma results (mandelbrot's z * z + c), and does when the parts are written.
-template <typename R> inline std::complex<R> of_parts(R re, R im) {
+template <typename R> H2D_FN inline std::complex<R> of_parts(R re, R im) {
     std::complex<R> z;
     reinterpret_cast<R*>(&z)[0] = re;
     reinterpret_cast<R*>(&z)[1] = im;
     return z;
 }
-template <typename R> inline std::complex<R> mul(std::complex<R> x, std::complex<R> y) {
+template <typename R> H2D_FN inline std::complex<R> mul(std::complex<R> x, std::complex<R> y) {
     R a = x.real(), b = x.imag(), c = y.real(), d = y.imag();
     return of_parts(std::fma(a, c, -(b * d)), std::fma(b, c, a * d));
 }
-template <typename R> inline std::complex<R> div(std::complex<R> x, std::complex<R> y) {
+template <typename R> H2D_FN inline std::complex<R> div(std::complex<R> x, std::complex<R> y) {
     const R inf = std::numeric_limits<R>::infinity(), zero = 0, one = 1;
     R lr = x.real(), li = x.imag(), rr = y.real(), ri = y.imag();
     R ratio1 = rr / ri;
@@ -57,9 +57,9 @@ template <typename R> inline std::complex<R> div(std::complex<R> x, std::complex
     }
     return {re, im};
 }
-template <typename R> inline R abs(std::complex<R> z);
-template <typename R> inline std::complex<R> sign(std::complex<R> z);
-template <typename R> inline std::complex<R> pow(std::complex<R> x, std::complex<R> y);
+template <typename R> H2D_FN inline R abs(std::complex<R> z);
+template <typename R> H2D_FN inline std::complex<R> sign(std::complex<R> z);
+template <typename R> H2D_FN inline std::complex<R> pow(std::complex<R> x, std::complex<R> y);
 }  // namespace cx
 
 // ------------------------------------------------------------------ complex products
@@ -81,7 +81,7 @@ enum class CdotOrder { packet, pairs, quads, scalar, reduce };
 // padding split around the terms) and summed in windows of 32, each in order from zero,
 // and the windows' sums summed the same way.
 constexpr int64_t kReduceWindow = 32;
-template <typename R> inline std::complex<R> tree_sum(const std::vector<std::complex<R>>& terms) {
+template <typename R> H2D_FN inline std::complex<R> tree_sum(const std::vector<std::complex<R>>& terms) {
     const int64_t n = (int64_t)terms.size();
     if (n <= kReduceWindow) {
         R re = 0, im = 0;
@@ -100,14 +100,14 @@ template <typename R> inline std::complex<R> tree_sum(const std::vector<std::com
     }
     return tree_sum(sums);
 }
-template <typename R> inline R opaque(R x) {
-#if defined(__SSE__)
+template <typename R> H2D_FN inline R opaque(R x) {
+#if defined(__SSE__) && !defined(__CUDA_ARCH__)
     asm("" : "+x"(x));
 #endif
     return x;
 }
 template <typename R, typename Lhs, typename Rhs>
-inline std::complex<R> eigen_cdot(const Lhs& lhs, const Rhs& rhs, int64_t k, CdotOrder order) {
+H2D_FN inline std::complex<R> eigen_cdot(const Lhs& lhs, const Rhs& rhs, int64_t k, CdotOrder order) {
     R re, im;
     if (order == CdotOrder::reduce) {
         if (k > kReduceWindow) {
@@ -170,7 +170,7 @@ inline std::complex<R> eigen_cdot(const Lhs& lhs, const Rhs& rhs, int64_t k, Cdo
 // C's rows of whole groups of 4 (Eigen's panels of its columns), else the scalar
 // kernel; a product with one row is Eigen's matrix-vector kernel (scalar order), one
 // with one row and one column XLA's multiply and reduce.
-template <typename R> inline CdotOrder cdot_order(int64_t i, int64_t j, int64_t m, int64_t n) {
+template <typename R> H2D_FN inline CdotOrder cdot_order(int64_t i, int64_t j, int64_t m, int64_t n) {
     constexpr int64_t packet = std::is_same_v<R, float> ? 4 : 2, half = packet / 2;
     if (m == 1) return n == 1 ? CdotOrder::reduce : CdotOrder::scalar;
     const bool panel = i < m / 4 * 4;

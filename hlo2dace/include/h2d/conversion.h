@@ -9,14 +9,14 @@ namespace h2d {
 // ------------------------------------------------------------------ comparison
 // TOTALORDER: -NaN < -Inf < ... < -0 < +0 < ... < +Inf < +NaN, by the sign-magnitude bits.
 // The magnitude bits of a negative value flipped: its own inverse.
-template <typename I> inline I flip_negative(I i) {
+template <typename I> H2D_FN inline I flip_negative(I i) {
     return (I)(i ^ ((i >> (sizeof(I) * 8 - 1)) & std::numeric_limits<I>::max()));
 }
-template <typename T> inline auto total_order_key(T a) {
+template <typename T> H2D_FN inline auto total_order_key(T a) {
     using I = std::conditional_t<sizeof(T) == 4, int32_t, int64_t>;
     return flip_negative(bit_cast<I>(a));
 }
-template <typename T, typename I> inline T from_total_order_key(I key) {
+template <typename T, typename I> H2D_FN inline T from_total_order_key(I key) {
     return bit_cast<T>(flip_negative(key));
 }
 // A maximum or minimum reduction in lanes folds the total order keys of its elements,
@@ -24,12 +24,12 @@ template <typename T, typename I> inline T from_total_order_key(I key) {
 // in place of a dozen operations, the same bits for every value but NaN. NaNs are kept
 // apart: the first of each lane, as max_ and min_ keep the first NaN they meet
 // (`kept` if it is a NaN or `x` is not, else `x`).
-template <typename T> inline auto order_key(T a) { return total_order_key(flush(a)); }
-template <typename T> inline T first_nan(T kept, T x) { return blend(kept != kept || x == x, kept, x); }
+template <typename T> H2D_FN inline auto order_key(T a) { return total_order_key(flush(a)); }
+template <typename T> H2D_FN inline T first_nan(T kept, T x) { return blend(kept != kept || x == x, kept, x); }
 
 // ------------------------------------------------------------------ conversion
 // Float to integer as XLA converts: NaN -> 0, out of range saturates.
-template <typename To, typename From> inline To convert(From x) {
+template <typename To, typename From> H2D_FN inline To convert(From x) {
     if constexpr (is_complex<From> && !is_complex<To>) {
         return convert<To>(x.real());
     } else if constexpr (is_complex<To>) {

@@ -21,6 +21,16 @@
 #include <xmmintrin.h>
 #endif
 
+// H2D_FN marks a helper that tasklets call: under nvcc it compiles for the host and the
+// device (the CUDA target's kernels call the same helpers); elsewhere it is nothing, so the
+// CPU target's code is what it was. Code under __CUDA_ARCH__ is the device's version.
+#if defined(__CUDACC__)
+#include <cuda_fp16.h>
+#define H2D_FN __host__ __device__
+#else
+#define H2D_FN
+#endif
+
 // Vector math: glibc's libmvec holds SIMD versions of libm's functions (`_ZGVdN4v_log`:
 // AVX2, four doubles), which glibc declares to GCC only under -ffast-math. These
 // declarations give the same symbols other C++ names and the `simd` attribute, without
@@ -52,15 +62,35 @@ H2D_VECTOR_MATH_2(atan2)
 
 namespace h2d {
 
+// Whether this is the device's compilation of the code (nvcc compiles it twice): the
+// helpers that reproduce XLA's CPU results bit for bit (glibc's f64 log, Eigen's tanh,
+// XLA's exp) run on the host only; the device calls CUDA's math library, as XLA's GPU
+// backend does.
+#if defined(__CUDA_ARCH__)
+inline constexpr bool on_device = true;
+#else
+inline constexpr bool on_device = false;
+#endif
+
 // ------------------------------------------------------------------ vector math
 // h2d::vm::log(x) and so on: libm's functions for float and double that loops vectorise.
+// On the device, CUDA's math library, as XLA's GPU backend calls it (libdevice).
 namespace vm {
+#if defined(__CUDA_ARCH__)
 #define H2D_VM_1(name) \
-    inline double name(double a) { return h2d_vm_##name(a); } \
-    inline float name(float a) { return h2d_vm_##name##f(a); }
+    H2D_FN inline double name(double a) { return ::name(a); } \
+    H2D_FN inline float name(float a) { return ::name##f(a); }
 #define H2D_VM_2(name) \
-    inline double name(double a, double b) { return h2d_vm_##name(a, b); } \
-    inline float name(float a, float b) { return h2d_vm_##name##f(a, b); }
+    H2D_FN inline double name(double a, double b) { return ::name(a, b); } \
+    H2D_FN inline float name(float a, float b) { return ::name##f(a, b); }
+#else
+#define H2D_VM_1(name) \
+    H2D_FN inline double name(double a) { return h2d_vm_##name(a); } \
+    H2D_FN inline float name(float a) { return h2d_vm_##name##f(a); }
+#define H2D_VM_2(name) \
+    H2D_FN inline double name(double a, double b) { return h2d_vm_##name(a, b); } \
+    H2D_FN inline float name(float a, float b) { return h2d_vm_##name##f(a, b); }
+#endif
 H2D_VM_1(exp) H2D_VM_1(expm1) H2D_VM_1(log) H2D_VM_1(log1p) H2D_VM_1(sin) H2D_VM_1(cos)
 H2D_VM_1(tan) H2D_VM_1(tanh) H2D_VM_1(cbrt) H2D_VM_2(pow) H2D_VM_2(atan2)
 #undef H2D_VM_2
@@ -115,7 +145,11 @@ inline void init_program() {
 // inner loop over independent elements may leave it out (a reduction's rows, blocks and
 // lanes, which should vectorise) when a loop around it calls it, so that the map's loop
 // still cannot be vectorised across the nest.
-inline void scalar_loop() { asm volatile(""); }
+#if defined(__CUDA_ARCH__)
+H2D_FN inline void scalar_loop() {}
+#else
+H2D_FN inline void scalar_loop() { asm volatile(""); }
+#endif
 
 template <typename T> struct is_complex_t : std::false_type {};
 template <typename T> struct is_complex_t<std::complex<T>> : std::true_type {};
@@ -123,7 +157,7 @@ template <typename T> constexpr bool is_complex = is_complex_t<T>::value;
 template <typename T> constexpr bool is_int = std::is_integral_v<T> && !std::is_same_v<T, bool>;
 template <typename T> using uns = std::make_unsigned_t<T>;
 
-template <typename To, typename From> inline To bit_cast(From x) {
+template <typename To, typename From> H2D_FN inline To bit_cast(From x) {
     static_assert(sizeof(To) == sizeof(From), "bit_cast of different sizes");
     To y;
     std::memcpy(&y, &x, sizeof(To));
@@ -135,7 +169,7 @@ template <typename To, typename From> inline To bit_cast(From x) {
 template <typename T> struct bits_of {
     using type = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
 };
-template <typename T> inline bool is_denormal(T x) {
+template <typename T> H2D_FN inline bool is_denormal(T x) {
     if constexpr (std::is_floating_point_v<T>) {
         using I = typename bits_of<T>::type;
         constexpr int mantissa = std::numeric_limits<T>::digits - 1;
@@ -144,7 +178,7 @@ template <typename T> inline bool is_denormal(T x) {
         return u != 0 && (u >> mantissa) == 0;
     } else return false;
 }
-template <typename T> inline T flush(T x) {
+template <typename T> H2D_FN inline T flush(T x) {
     if constexpr (std::is_floating_point_v<T>) {
         using I = typename bits_of<T>::type;
         return is_denormal(x) ? bit_cast<T>(bit_cast<I>(x) & (I(1) << (sizeof(T) * 8 - 1))) : x;
@@ -156,7 +190,7 @@ template <typename T> inline T flush(T x) {
 // `condition ? a : b` by bits: GCC sinks a call computed for `b` into a branch of a
 // floating-point `?:`, which stops the loop from vectorising; not into this. Integers
 // too: a `?:` with a loop-invariant operand, or one in a loop of selects, stays scalar.
-template <typename T> inline T blend(bool condition, T a, T b) {
+template <typename T> H2D_FN inline T blend(bool condition, T a, T b) {
     if constexpr (std::is_same_v<T, bool>) {
         return (condition & a) | (!condition & b);
     } else if constexpr (std::is_integral_v<T>) {
@@ -172,7 +206,7 @@ template <typename T> inline T blend(bool condition, T a, T b) {
 
 // c0 x^n + c1 x^(n-1) + ... + cn in FMAs, unrolled as written (a loop over a table of
 // coefficients stays a loop inside the element loop, which then does not vectorise)
-template <typename R, typename... C> inline R horner(R x, R c0, C... c) {
+template <typename R, typename... C> H2D_FN inline R horner(R x, R c0, C... c) {
     R r = c0;
     ((r = std::fma(x, r, R(c))), ...);
     return r;

@@ -7,12 +7,20 @@
 namespace h2d {
 
 // ------------------------------------------------------------------ 16-bit floats
-inline float f16_to_float(uint16_t bits) { return (float)bit_cast<_Float16>(bits); }
-inline uint16_t float_to_f16(float x) { return bit_cast<uint16_t>((_Float16)x); }
-inline float round_f16(float x) { return (float)(_Float16)x; }
+#if defined(__CUDA_ARCH__)
+// nvcc's device compiler has no _Float16 (an internal error): CUDA's own conversions, which
+// round to nearest even as the host's do
+H2D_FN inline float f16_to_float(uint16_t bits) { return __half2float(__ushort_as_half(bits)); }
+H2D_FN inline uint16_t float_to_f16(float x) { return __half_as_ushort(__float2half_rn(x)); }
+H2D_FN inline float round_f16(float x) { return __half2float(__float2half_rn(x)); }
+#else
+H2D_FN inline float f16_to_float(uint16_t bits) { return (float)bit_cast<_Float16>(bits); }
+H2D_FN inline uint16_t float_to_f16(float x) { return bit_cast<uint16_t>((_Float16)x); }
+H2D_FN inline float round_f16(float x) { return (float)(_Float16)x; }
+#endif
 
-inline float bf16_to_float(uint16_t bits) { return bit_cast<float>((uint32_t)bits << 16); }
-inline uint16_t float_to_bf16(float x) {
+H2D_FN inline float bf16_to_float(uint16_t bits) { return bit_cast<float>((uint32_t)bits << 16); }
+H2D_FN inline uint16_t float_to_bf16(float x) {
     uint32_t u = bit_cast<uint32_t>(x);
     // NaN: keep sign and payload; quieten it unless it came from a bf16 (low half zero, as
     // after a bitcast to bf16), whose bits XLA keeps as they are
@@ -20,7 +28,7 @@ inline uint16_t float_to_bf16(float x) {
     u += 0x7FFF + ((u >> 16) & 1);  // round to nearest, ties to even
     return (uint16_t)(u >> 16);
 }
-inline float round_bf16(float x) { return bf16_to_float(float_to_bf16(x)); }
+H2D_FN inline float round_bf16(float x) { return bf16_to_float(float_to_bf16(x)); }
 
 // ------------------------------------------------------------------ 8-, 6- and 4-bit floats
 // Stored in a byte (f6 and f4 in its low bits), computed in float. `E` exponent bits, `M`
@@ -43,7 +51,7 @@ template <int E, int M, int B, Top K> struct small_float {
     static constexpr uint32_t quiet = 1u << (M - 1);  // ieee: the quiet NaN's mantissa
     static constexpr uint32_t max_finite = K == Top::ieee ? (top_exponent << M) - 1
                                          : K == Top::fn ? magnitude_mask - 1 : magnitude_mask;
-    static float to_float(uint32_t bits) {
+    H2D_FN static float to_float(uint32_t bits) {
         bits &= (sign_bit << 1) - 1;
         const uint32_t magnitude = bits & magnitude_mask;
         const float nan = std::numeric_limits<float>::quiet_NaN();
@@ -63,7 +71,7 @@ template <int E, int M, int B, Top K> struct small_float {
         }
         return sign * bit_cast<float>(((exponent + 127 - B) << 23) | (mantissa << (23 - M)));
     }
-    static uint32_t from_float(float x) {
+    H2D_FN static uint32_t from_float(float x) {
         const uint32_t u = bit_cast<uint32_t>(x), magnitude = u & 0x7FFFFFFFu;
         const uint32_t sign = (u >> 31) ? sign_bit : 0;
         if (magnitude > 0x7F800000u) {  // NaN
@@ -104,7 +112,7 @@ template <int E, int M, int B, Top K> struct small_float {
 // A double narrowed to float rounding to odd (inexact results get their last bit set), so
 // that rounding the float again to a type of fewer bits rounds as the double would: XLA
 // converts f64 to the small floats directly.
-inline float float_odd(double x) {
+H2D_FN inline float float_odd(double x) {
     float f = (float)x;
     if (!std::isfinite(f) || (double)f == x) return f;
     uint32_t u = bit_cast<uint32_t>(f);
@@ -112,16 +120,16 @@ inline float float_odd(double x) {
     return bit_cast<float>(u | 1u);
 }
 // Rounding to f16 on the way to a small float, NaNs (small floats' codes) left as they are.
-template <float (*Round)(float)> inline float unless_nan(float x) {
+template <float (*Round)(float)> H2D_FN inline float unless_nan(float x) {
     return std::isnan(x) ? x : Round(x);
 }
 #define H2D_SMALL_FLOAT(name, E, M, B, K) \
     using name##_t = small_float<E, M, B, Top::K>; \
-    inline float name##_to_float(uint8_t bits) { return name##_t::to_float(bits); } \
-    inline uint8_t float_to_##name(float x) { return (uint8_t)name##_t::from_float(x); } \
-    inline float round_##name(float x) { return name##_t::to_float(name##_t::from_float(x)); } \
-    inline uint8_t double_to_##name(double x) { return (uint8_t)name##_t::from_float(float_odd(x)); } \
-    inline double name##_to_double(uint8_t bits) { return name##_t::to_float(bits); }
+    H2D_FN inline float name##_to_float(uint8_t bits) { return name##_t::to_float(bits); } \
+    H2D_FN inline uint8_t float_to_##name(float x) { return (uint8_t)name##_t::from_float(x); } \
+    H2D_FN inline float round_##name(float x) { return name##_t::to_float(name##_t::from_float(x)); } \
+    H2D_FN inline uint8_t double_to_##name(double x) { return (uint8_t)name##_t::from_float(float_odd(x)); } \
+    H2D_FN inline double name##_to_double(uint8_t bits) { return name##_t::to_float(bits); }
 H2D_SMALL_FLOAT(f8e4m3fn, 4, 3, 7, fn)
 H2D_SMALL_FLOAT(f8e5m2, 5, 2, 15, ieee)
 H2D_SMALL_FLOAT(f8e4m3fnuz, 4, 3, 8, fnuz)
@@ -138,15 +146,15 @@ H2D_SMALL_FLOAT(f4e2m1fn, 2, 1, 1, finite)
 // mantissa of one half (a float denormal: from above one half).
 // 2^-127 is a float denormal, which arithmetic reads as zero (DAZ) as XLA's does: the asm
 // keeps GCC from folding an op on it at compile time, where no DAZ applies.
-inline float f8e8m0fnu_to_float(uint8_t bits) {
+H2D_FN inline float f8e8m0fnu_to_float(uint8_t bits) {
     if (bits == 0xFF) return std::numeric_limits<float>::quiet_NaN();
     float value = bit_cast<float>(bits ? (uint32_t)bits << 23 : 0x00400000u);
-#if defined(__SSE__)
+#if defined(__SSE__) && !defined(__CUDA_ARCH__)
     asm("" : "+x"(value));
 #endif
     return value;
 }
-inline uint8_t float_to_f8e8m0fnu(float x) {
+H2D_FN inline uint8_t float_to_f8e8m0fnu(float x) {
     const uint32_t u = bit_cast<uint32_t>(x);
     if ((u >> 31) || u >= 0x7F800000u || u == 0) return 0xFF;
     const uint32_t exponent = u >> 23, mantissa = u & 0x7FFFFFu;
@@ -154,14 +162,14 @@ inline uint8_t float_to_f8e8m0fnu(float x) {
     const uint32_t rounded = exponent + (mantissa >= 0x400000u);
     return rounded >= 0xFF ? 0xFF : (uint8_t)rounded;
 }
-inline float round_f8e8m0fnu(float x) { return f8e8m0fnu_to_float(float_to_f8e8m0fnu(x)); }
+H2D_FN inline float round_f8e8m0fnu(float x) { return f8e8m0fnu_to_float(float_to_f8e8m0fnu(x)); }
 // To a double exactly: 2^-127 stays itself (a float denormal would be flushed on the way).
-inline double f8e8m0fnu_to_double(uint8_t bits) {
+H2D_FN inline double f8e8m0fnu_to_double(uint8_t bits) {
     return bits == 0 ? 0x1p-127 : (double)f8e8m0fnu_to_float(bits);
 }
 // From a double, XLA rounds on the double's bits; below 2^-126 it gives 2^-127 for 2^-127
 // itself, 2^-126 above it, and NaN below it.
-inline uint8_t double_to_f8e8m0fnu(double x) {
+H2D_FN inline uint8_t double_to_f8e8m0fnu(double x) {
     if (!(x > 0) || !std::isfinite(x)) return 0xFF;
     if (x < 0x1p-126) return x < 0x1p-127 ? 0xFF : x == 0x1p-127 ? 0 : 1;
     const uint64_t u = bit_cast<uint64_t>(x);
@@ -170,7 +178,7 @@ inline uint8_t double_to_f8e8m0fnu(double x) {
 }
 
 // 2- and 4-bit integers live in a byte: wrap a result back to `Bits` bits.
-template <int Bits, typename T> inline T wrap(T x) {
+template <int Bits, typename T> H2D_FN inline T wrap(T x) {
     if constexpr (std::is_signed_v<T>) {
         return (T)((int8_t)((uint8_t)x << (8 - Bits)) >> (8 - Bits));
     } else {

@@ -16,7 +16,7 @@ namespace h2d {
 // application is XLA's, so each rounding is too.
 constexpr int64_t kScanBlock = 16;
 // The scratch `xla_scan` needs for n elements per lane (in elements per lane).
-inline int64_t xla_scan_scratch(int64_t n) {
+H2D_FN inline int64_t xla_scan_scratch(int64_t n) {
     if (n <= kScanBlock) return 0;
     const int64_t blocks = (n + kScanBlock - 1) / kScanBlock;
     return (blocks + 1) * kScanBlock + 2 * blocks + xla_scan_scratch(blocks);

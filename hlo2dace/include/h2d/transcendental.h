@@ -10,7 +10,7 @@ namespace h2d {
 // Real functions as XLA computes them: a denormal argument of expm1 and (f32) tanh comes
 // back unchanged, log and log1p read it as zero (DAZ). XLA's own f32 approximations of exp, log,
 // tanh, rsqrt... differ from the C library's by a few ULP (the tests allow for that).
-template <typename R> inline R rsqrt_r(R a) { return R(1) / std::sqrt(a); }
+template <typename R> H2D_FN inline R rsqrt_r(R a) { return R(1) / std::sqrt(a); }
 // XLA's own f64 exponential and expm1, which its CPU backend inlines (exp: a rational
 // approximation of e^g after reducing by n ln 2, scaled by 2^n in four factors; expm1:
 // e^x - 1 above |x| = 0.5, else tanh(x / 2) (e^x + 1) with XLA's rational tanh); LLVM
@@ -76,8 +76,8 @@ inline double xla_expm1(double x) {
     return blend(half == 0.0, x, result);
 }
 // Each function is computed unconditionally and then selected, so that loops vectorise.
-template <typename R> inline R expm1_r(R a) {
-    if constexpr (std::is_same_v<R, double>) return xla_expm1(a);
+template <typename R> H2D_FN inline R expm1_r(R a) {
+    if constexpr (std::is_same_v<R, double> && !on_device) return xla_expm1(a);
     const R r = vm::expm1(a);
     return is_denormal(a) ? a : r;
 }
@@ -101,8 +101,8 @@ inline double xla_tanh(double a) {
                             4.851805297361760360e-01, 1.0);
     return blend(std::fabs(a) >= 20.0, std::copysign(1.0, a), x * p / q);
 }
-template <typename R> inline R tanh_r(R a) {  // f64: XLA reads a denormal as zero
-    if constexpr (std::is_same_v<R, double>) return xla_tanh(flush(a));
+template <typename R> H2D_FN inline R tanh_r(R a) {  // f64: XLA reads a denormal as zero
+    if constexpr (std::is_same_v<R, double> && !on_device) return xla_tanh(flush(a));
     const R r = vm::tanh(a);
     return is_denormal(a) ? a : r;
 }
@@ -220,12 +220,12 @@ inline double glibc_log(double x) {
                                  blend(x < 0.0, -std::numeric_limits<double>::quiet_NaN(), x));
     return blend((x > 0.0) & (x < inf), blend(close, near_one, far), special);
 }
-template <typename R> inline R log_r(R a) {  // XLA reads a denormal as zero
-    if constexpr (std::is_same_v<R, double>) return glibc_log(flush(a));
+template <typename R> H2D_FN inline R log_r(R a) {  // XLA reads a denormal as zero
+    if constexpr (std::is_same_v<R, double> && !on_device) return glibc_log(flush(a));
     else return vm::log(flush(a));
 }
 
-template <typename R> inline R log1p_r(R a) { return vm::log1p(flush(a)); }
+template <typename R> H2D_FN inline R log1p_r(R a) { return vm::log1p(flush(a)); }
 
 // Complex functions, computed as XLA computes them, in two families:
 // * sqrt, log, log1p and exp: XLA expands these with StableHLO's
@@ -241,7 +241,7 @@ template <typename R> constexpr R pick(float f, double d) {
 }
 // The expander's hypot: max * sqrt(1 + (min / max)^2); max * (1 + r / 2) where that
 // square root rounds to 1 though r = (min / max)^2 > 0; sqrt(2) max where min == max.
-template <typename R> inline R hypot_(R a, R b) {
+template <typename R> H2D_FN inline R hypot_(R a, R b) {
     const R big = max_(a, b);
     const R small = min_(a, b);
     const R quotient = small / big;
@@ -251,7 +251,7 @@ template <typename R> inline R hypot_(R a, R b) {
     const R general = root == R(1) && r > R(0) ? if_rounded : big * root;
     return big == small ? pick<R>(0x1.6a09e6p+0f, 0x1.6a09e667f3bcdp+0) * big : general;
 }
-template <typename R> inline std::complex<R> sqrt(std::complex<R> z) {
+template <typename R> H2D_FN inline std::complex<R> sqrt(std::complex<R> z) {
     const R v0 = pick<R>(0x1.19435c0000000p+1f, 0x1.19435caffa9f9p+1);
     const R v1 = std::numeric_limits<R>::infinity();
     const R v2 = R(0x1.0000000000000p+1);
@@ -326,21 +326,21 @@ template <typename R> inline std::complex<R> sqrt(std::complex<R> z) {
 // expander selects by the type's largest value); s = a + b rounded, a + b is s +
 // two_sum_error(a, b, s) exactly (Knuth), and s + fast_two_sum_error(a, b, s) where
 // |a| >= |b| (Dekker).
-template <typename R> inline R square_error(R x) {
+template <typename R> H2D_FN inline R square_error(R x) {
     const R scaled = pick<R>(0x1.001p+12f, 0x1.0000002p+27) * x;
     const R high = scaled + (x - scaled);
     const R low = x - high;
     const R cross = high * low;
     return (((-(x * x) + high * high) + cross) + cross) + low * low;
 }
-template <typename R> inline R two_sum_error(R a, R b, R s) {
+template <typename R> H2D_FN inline R two_sum_error(R a, R b, R s) {
     const R b_rounded = s - a;
     return (a - (s - b_rounded)) + (b - b_rounded);
 }
-template <typename R> inline R fast_two_sum_error(R a, R b, R s) { return b - (s - a); }
+template <typename R> H2D_FN inline R fast_two_sum_error(R a, R b, R s) { return b - (s - a); }
 // log|z| is log1p(|z|^2 - 1) / 2 near |z| = 1, with |z|^2 - 1 summed exactly enough by
 // the steps above, else log(max) + log1p((min / max)^2) / 2.
-template <typename R> inline std::complex<R> log(std::complex<R> z) {
+template <typename R> H2D_FN inline std::complex<R> log(std::complex<R> z) {
     const R half = R(0.5);
     const R x = z.real();
     const R y = z.imag();
@@ -373,7 +373,7 @@ template <typename R> inline std::complex<R> log(std::complex<R> z) {
 }
 // log|1 + z| is log(max) + log1p((min / max)^2) / 2 for large z, log(|1 + z|^2) / 2 where
 // |1 + z| is small, else log1p(2x + y^2 + x^2) / 2 summed as in log.
-template <typename R> inline std::complex<R> log1p(std::complex<R> z) {
+template <typename R> H2D_FN inline std::complex<R> log1p(std::complex<R> z) {
     const R half = R(0.5);
     const R x = z.real();
     const R ax = std::fabs(x);
@@ -406,7 +406,7 @@ template <typename R> inline std::complex<R> log1p(std::complex<R> z) {
     const R real = large ? if_large : near_minus_one ? if_near_minus_one : otherwise;
     return std::complex<R>(real, std::atan2(y, x1));
 }
-template <typename R> inline std::complex<R> exp(std::complex<R> z) {
+template <typename R> H2D_FN inline std::complex<R> exp(std::complex<R> z) {
     const R v0 = R(0x0.0p+0);
     const R v1 = R(0x1.0000000000000p-1);
     const R v2 = std::numeric_limits<R>::infinity();
@@ -434,7 +434,7 @@ template <typename R> inline std::complex<R> exp(std::complex<R> z) {
 
 // MLIR's computeAbs: |z|, sqrt(|z|) or 1/sqrt(|z|) by max * sqrt(1 + (min/max)^2).
 enum class AbsFn { abs, sqrt, rsqrt };
-template <typename R> inline R abs_parts(R re, R im, AbsFn fn) {
+template <typename R> H2D_FN inline R abs_parts(R re, R im, AbsFn fn) {
     R ar = std::fabs(re), ai = std::fabs(im);
     R mx = max_(ar, ai), mn = min_(ar, ai);
     R ratio = mn / mx;
@@ -448,15 +448,15 @@ template <typename R> inline R abs_parts(R re, R im, AbsFn fn) {
                                  : mx * std::sqrt(ratio_sq_plus_one);
     return std::isnan(result) ? mn : result;
 }
-template <typename R> inline R abs(std::complex<R> z) {
+template <typename R> H2D_FN inline R abs(std::complex<R> z) {
     return abs_parts(z.real(), z.imag(), AbsFn::abs);
 }
-template <typename R> inline std::complex<R> sign(std::complex<R> z) {
+template <typename R> H2D_FN inline std::complex<R> sign(std::complex<R> z) {
     R re = z.real(), im = z.imag();
     R a = cx::abs(z);
     return (re == 0 && im == 0) ? z : std::complex<R>(re / a, im / a);
 }
-template <typename R> inline std::complex<R> rsqrt(std::complex<R> z) {
+template <typename R> H2D_FN inline std::complex<R> rsqrt(std::complex<R> z) {
     const R inf = std::numeric_limits<R>::infinity();
     R re = z.real(), im = z.imag();
     R abs_rsqrt = abs_parts(re, im, AbsFn::rsqrt);
@@ -469,7 +469,7 @@ template <typename R> inline std::complex<R> rsqrt(std::complex<R> z) {
     return {is_zero ? inf : rr, is_zero ? std::numeric_limits<R>::quiet_NaN() : ri};
 }
 // cos(x) - 1 (cephes' cosm1 below (pi/4)^2).
-template <typename R> inline R cosm1(R x) {
+template <typename R> H2D_FN inline R cosm1(R x) {
     static constexpr double k[] = {4.7377507964246204691685E-14, -1.1470284843425359765671E-11,
                                    2.0876754287081521758361E-9, -2.7557319214999787979814E-7,
                                    2.4801587301570552304991E-5, -1.3888888888888872993737E-3,
@@ -480,7 +480,7 @@ template <typename R> inline R cosm1(R x) {
     R small = std::fma(x4, poly, R(-0.5) * x2);
     return x2 >= R(0.61685) ? std::cos(x) + R(-1) : small;
 }
-template <typename R> inline std::complex<R> expm1(std::complex<R> z) {
+template <typename R> H2D_FN inline std::complex<R> expm1(std::complex<R> z) {
     R re = z.real(), im = z.imag();
     R em1 = expm1_r(re);
     R c_m1 = cosm1(im);
@@ -489,11 +489,11 @@ template <typename R> inline std::complex<R> expm1(std::complex<R> z) {
     return {rr, ri};
 }
 // MLIR's exp (XLA's own expansions use it: e.g. the logistic op's).
-template <typename R> inline std::complex<R> exp_mlir(std::complex<R> z) {
+template <typename R> H2D_FN inline std::complex<R> exp_mlir(std::complex<R> z) {
     R e = std::exp(z.real());
     return {e * std::cos(z.imag()), e * std::sin(z.imag())};
 }
-template <typename R> inline std::complex<R> tanh_parts(R re, R im) {
+template <typename R> H2D_FN inline std::complex<R> tanh_parts(R re, R im) {
     const R inf = std::numeric_limits<R>::infinity();
     R two_re = re + re;
     R e1 = expm1_r(two_re), e2 = expm1_r(R(-1) * two_re);
@@ -509,26 +509,26 @@ template <typename R> inline std::complex<R> tanh_parts(R re, R im) {
     if (im == 0 || (re_inf && num_nan)) ri = R(0);
     return {rr, ri};
 }
-template <typename R> inline std::complex<R> tanh(std::complex<R> z) {
+template <typename R> H2D_FN inline std::complex<R> tanh(std::complex<R> z) {
     return tanh_parts(z.real(), z.imag());
 }
-template <typename R> inline std::complex<R> tan(std::complex<R> z) {  // -i tanh(iz)
+template <typename R> H2D_FN inline std::complex<R> tan(std::complex<R> z) {  // -i tanh(iz)
     std::complex<R> t = tanh_parts(z.imag() * R(-1), z.real());
     return {t.imag(), t.real() * R(-1)};
 }
-template <typename R> inline std::complex<R> sin(std::complex<R> z) {
+template <typename R> H2D_FN inline std::complex<R> sin(std::complex<R> z) {
     R e = std::exp(z.imag());
     R scaled = R(0.5) * e, reciprocal = R(0.5) / e;
     return {(scaled + reciprocal) * std::sin(z.real()),
             (scaled - reciprocal) * std::cos(z.real())};
 }
-template <typename R> inline std::complex<R> cos(std::complex<R> z) {
+template <typename R> H2D_FN inline std::complex<R> cos(std::complex<R> z) {
     R e = std::exp(z.imag());
     R scaled = R(0.5) * e, reciprocal = R(0.5) / e;
     return {(reciprocal + scaled) * std::cos(z.real()),
             (reciprocal - scaled) * std::sin(z.real())};
 }
-template <typename R> inline std::complex<R> pow(std::complex<R> x, std::complex<R> y) {
+template <typename R> H2D_FN inline std::complex<R> pow(std::complex<R> x, std::complex<R> y) {
     using C = std::complex<R>;
     const R inf = std::numeric_limits<R>::infinity();
     R a = x.real(), b = x.imag(), c = y.real(), d = y.imag();
@@ -545,7 +545,7 @@ template <typename R> inline std::complex<R> pow(std::complex<R> x, std::complex
     return result;
 }
 // MLIR's sqrt and log (used by its atan2).
-template <typename R> inline std::complex<R> sqrt_mlir(std::complex<R> z) {
+template <typename R> H2D_FN inline std::complex<R> sqrt_mlir(std::complex<R> z) {
     const R inf = std::numeric_limits<R>::infinity();
     R re = z.real(), im = z.imag();
     R abs_sqrt = abs_parts(re, im, AbsFn::sqrt);
@@ -561,10 +561,10 @@ template <typename R> inline std::complex<R> sqrt_mlir(std::complex<R> z) {
     if (abs_sqrt == 0) rr = ri = R(0);
     return {rr, ri};
 }
-template <typename R> inline std::complex<R> log_mlir(std::complex<R> z) {
+template <typename R> H2D_FN inline std::complex<R> log_mlir(std::complex<R> z) {
     return {log_r(cx::abs(z)), std::atan2(z.imag(), z.real())};
 }
-template <typename R> inline std::complex<R> atan2(std::complex<R> y, std::complex<R> x) {
+template <typename R> H2D_FN inline std::complex<R> atan2(std::complex<R> y, std::complex<R> x) {
     using C = std::complex<R>;
     C sum = h2d::add(cx::mul(x, x), cx::mul(y, y));
     C ratio = cx::div(h2d::add(x, cx::mul(C(0, 1), y)), cx::sqrt_mlir(sum));
@@ -573,52 +573,52 @@ template <typename R> inline std::complex<R> atan2(std::complex<R> y, std::compl
 }  // namespace cx
 
 // The element types' functions: complex arguments go to cx::.
-template <typename T> inline T rsqrt(T a) {
+template <typename T> H2D_FN inline T rsqrt(T a) {
     if constexpr (is_complex<T>) return cx::rsqrt(a); else return rsqrt_r(a);
 }
-template <typename T> inline T sqrt_(T a) {
+template <typename T> H2D_FN inline T sqrt_(T a) {
     if constexpr (is_complex<T>) return cx::sqrt(a); else return std::sqrt(a);
 }
-template <typename T> inline T exp_(T a) {
+template <typename T> H2D_FN inline T exp_(T a) {
     if constexpr (is_complex<T>) return cx::exp(a);
-    else if constexpr (std::is_same_v<T, double>) return xla_exp(a);
+    else if constexpr (std::is_same_v<T, double> && !on_device) return xla_exp(a);
     else return vm::exp(a);
 }
-template <typename T> inline T expm1_(T a) {
+template <typename T> H2D_FN inline T expm1_(T a) {
     if constexpr (is_complex<T>) return cx::expm1(a); else return expm1_r(a);
 }
-template <typename T> inline T tanh_(T a) {
+template <typename T> H2D_FN inline T tanh_(T a) {
     if constexpr (is_complex<T>) return cx::tanh(a); else return tanh_r(a);
 }
-template <typename T> inline T tan_(T a) {
+template <typename T> H2D_FN inline T tan_(T a) {
     if constexpr (is_complex<T>) return cx::tan(a);
     else {  // libmvec flushes tan of the smallest normals to zero: tan(x) rounds to x there
         constexpr T tiny = T(1) / T(1ULL << (std::numeric_limits<T>::digits / 2 + 1));
         return blend(std::fabs(a) < tiny, a, vm::tan(a));
     }
 }
-template <typename T> inline T sin_(T a) {
+template <typename T> H2D_FN inline T sin_(T a) {
     // libmvec's sin reads a denormal as zero (DAZ) where XLA returns it: sin(x) = x
     if constexpr (is_complex<T>) return cx::sin(a);
     else return blend(is_denormal(a), a, vm::sin(a));
 }
-template <typename T> inline T cos_(T a) {
+template <typename T> H2D_FN inline T cos_(T a) {
     if constexpr (is_complex<T>) return cx::cos(a); else return vm::cos(a);
 }
-template <typename T> inline T log_(T a) {
+template <typename T> H2D_FN inline T log_(T a) {
     if constexpr (is_complex<T>) return cx::log(a); else return log_r(a);
 }
-template <typename T> inline T log1p_(T a) {
+template <typename T> H2D_FN inline T log1p_(T a) {
     if constexpr (is_complex<T>) return cx::log1p(a); else return log1p_r(a);
 }
-template <typename T> inline T cbrt_(T a) {
+template <typename T> H2D_FN inline T cbrt_(T a) {
     // f32: libm's answer for denormals (see cbrtf_of_denormal); f64: libm reads them as
     // zero under DAZ, as XLA does. Either way independent of the libmvec variant.
-    if constexpr (std::is_same_v<T, float>) {
+    if constexpr (std::is_same_v<T, float> && !on_device) {
         return blend(is_denormal(a), cbrtf_of_denormal, vm::cbrt(a));
     } else return vm::cbrt(flush(a));
 }
-template <typename T> inline T atan2_(T a, T b) {
+template <typename T> H2D_FN inline T atan2_(T a, T b) {
     // Denormal arguments read as zero, as DAZ reads every other op's (libmvec's variants
     // differ there: some read them as zero, some do not). XLA calls libm's scalar atan2,
     // whose branches under DAZ give artefacts for them (f64 atan2(d, d) = pi/2, f32 NaN):
@@ -626,12 +626,12 @@ template <typename T> inline T atan2_(T a, T b) {
     if constexpr (is_complex<T>) return cx::atan2(a, b); else return vm::atan2(flush(a), flush(b));
 }
 // The exponential inside XLA's own expansion of the logistic op.
-template <typename T> inline T exp_logistic(T a) {
+template <typename T> H2D_FN inline T exp_logistic(T a) {
     if constexpr (is_complex<T>) return cx::exp_mlir(a); else return exp_(a);
 }
-template <typename T> inline bool is_finite(T a) { return std::isfinite(a); }
+template <typename T> H2D_FN inline bool is_finite(T a) { return std::isfinite(a); }
 // select: by bits (floats and integers) or by parts (complex), so that loops vectorise
-template <typename T> inline T select(bool c, T a, T b) {
+template <typename T> H2D_FN inline T select(bool c, T a, T b) {
     // by parts: GCC does not vectorise a loop that picks whole complex numbers
     if constexpr (is_complex<T>)
         return cx::of_parts(blend(c, a.real(), b.real()), blend(c, a.imag(), b.imag()));
@@ -643,7 +643,7 @@ template <typename T> inline T select(bool c, T a, T b) {
 // A sum of products starting from +0.0, as XLA's are, is never -0.0; OpenBLAS's AVX-512
 // complex kernels return -0.0 for a sum of -0.0 products (their AVX2 ones do not). Adding
 // +0.0 turns -0.0 into +0.0 and changes nothing else.
-template <typename R> inline void no_negative_zero_sums(std::complex<R>* sums, int64_t count) {
+template <typename R> H2D_FN inline void no_negative_zero_sums(std::complex<R>* sums, int64_t count) {
     R* parts = reinterpret_cast<R*>(sums);
     for (int64_t i = 0; i < 2 * count; ++i) parts[i] += R(0);
 }
