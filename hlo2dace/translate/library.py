@@ -235,9 +235,11 @@ def fft_node(emit: Emitter, target_name: str, kind: str, lengths: Sequence[int],
 
 def factorises(emit: Emitter, target_name: str, matrix: ir.TensorType) -> bool:
     """Whether a Cholesky factorisation of ``matrix`` is a Potrf node on the target: one
-    real f32 or f64 matrix (DaCe's node has no batch)."""
+    real f32 or f64 matrix (DaCe's node has no batch), at least 2x2 (DaCe's node
+    squeezes a 1x1 matrix's dimensions away and fails its validation)."""
     return (emit.library_nodes and Potrf in IMPLEMENTATIONS[target_name]
-            and matrix.element in _BLAS_ELEMENTS and matrix.rank == 2)
+            and matrix.element in _BLAS_ELEMENTS and matrix.rank == 2
+            and matrix.shape[0] >= 2)
 
 
 def potrf_node(emit: Emitter, target_name: str, factor: Array, info: Array,
