@@ -515,6 +515,9 @@ _TOKEN = re.compile(r"""//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])
 _PLAIN_DECLARATION = re.compile(
     r"(?!(?:return|goto|else|delete|throw|case|break|continue)\b)[\w:]+\s+(\w+)\s*;")
 _KEYWORD = re.compile(r"(for|while|if)\b")
+#: a called function's name, and the semicolon alone that ends a statement
+_CALLED = re.compile(r"[A-Za-z_]\w*\s*")
+_STATEMENT_END = re.compile(r";(?=\s)")
 
 
 class _Tokens:
@@ -523,6 +526,7 @@ class _Tokens:
     ``groups`` bracketed groups only, if given."""
 
     def __init__(self, code: str, start: int, groups: int | None = None):
+        self.code = code
         self.kinds: list[str] = []
         self.positions: list[int] = []
         self.match: dict[int, int] = {}
@@ -615,12 +619,26 @@ class _Tokens:
         units = []
         index = begin
         while index < end:
-            block = self._block(index, end) if self.kinds[index] == "{" else None
+            block = self._block(index, end) if self.kinds[index] == "{" else self._call(index, end)
             if block is None:
                 return None
             units += block[0]
             index = block[1]
         return units
+
+    def _call(self, index: int, end: int) -> tuple[list[tuple[int, int]], int] | None:
+        """The call statement ``f(...);`` at ``index`` (DaCe's call of a nested SDFG's
+        function, which the prelude defines inline) as text positions, and the token after
+        it; None where there is none."""
+        if index + 2 >= end or self.kinds[index] != "other" or self.kinds[index + 1] != "(" \
+                or not _CALLED.fullmatch(self.code, self.positions[index],
+                                         self.positions[index + 1]):
+            return None
+        close = self.closing(index + 1)
+        if close < 0 or close + 1 >= end or self.kinds[close + 1] != "other" \
+                or not _STATEMENT_END.match(self.code, self.positions[close + 1]):
+            return None
+        return [(self.positions[index], self.positions[close + 1] + 1)], close + 2
 
     def _block(self, index: int, end: int) -> tuple[list[tuple[int, int]], int] | None:
         """The brace block at ``index`` as text positions (its inner blocks where it holds

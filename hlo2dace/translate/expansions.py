@@ -28,9 +28,6 @@ from dace.transformation.transformation import ExpandTransformation
 
 from .. import ir
 from ..machine import current_machine
-from ..optimize import level
-from ..pipeline import pipeline
-from ..plan.passes import PassContext
 from . import dtypes, library
 from .builder import Builder
 
@@ -97,6 +94,12 @@ def _location(node: dace.nodes.LibraryNode) -> ir.Location | None:
 def _sdfg(module: ir.Module, node: dace.nodes.LibraryNode, state: dace.SDFGState
           ) -> dace.SDFG:
     """The SDFG of ``module``, its argument and result named as ``node``'s connectors."""
+    # imported here: the pipeline's plan passes import this package (its registry), whose
+    # __init__ imports this module
+    from ..optimize import level
+    from ..pipeline import pipeline
+    from ..plan.passes import PassContext
+
     (read,), (written,) = state.in_edges(node), state.out_edges(node)
     target = pipeline("cpu", level("default"))
     context = PassContext(current_machine(), "cpu", target.level)

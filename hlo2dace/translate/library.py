@@ -37,6 +37,7 @@ import math
 from typing import Sequence
 
 import dace
+import numpy as np
 from dace.frontend.operations import detect_reduction_type
 from dace.libraries import blas
 from dace.libraries.fft import FFT, IFFT
@@ -92,6 +93,12 @@ REDUCE_ELEMENTS = ("f32", "f64", "i1", "i8", "i16", "i32", "i64", "ui8", "ui16",
 
 #: the element types DaCe's BLAS nodes compute as hlo2dace's products do
 _BLAS_ELEMENTS = ("f32", "f64")
+
+
+def _concrete(t: ir.TensorType) -> bool:
+    """Whether ``t``'s sizes are numbers: an expansion is built from its arrays' sizes,
+    which a module's size symbols leave open."""
+    return all(isinstance(n, (int, np.integer)) for n in t.shape)
 
 
 def _dims(emit: Emitter, array: Array) -> list[tuple[int, int]] | None:
@@ -199,8 +206,8 @@ def reduces(emit: Emitter, target_name: str, operand: ir.TensorType, reducer: st
     on the target (see the module's docstring)."""
     return (emit.library_nodes and Reduce in IMPLEMENTATIONS[target_name]
             and reducer in REDUCERS and operand.element in REDUCE_ELEMENTS
-            and result.element == operand.element
-            and operand.is_static and bool(operand.size) and bool(result.size))
+            and result.element == operand.element and _concrete(operand)
+            and bool(operand.size) and bool(result.size))
 
 
 def reduce_node(emit: Emitter, target_name: str, operand: Array, target: Array,
@@ -223,7 +230,7 @@ def fft_node(emit: Emitter, target_name: str, kind: str, lengths: Sequence[int],
     is unnormalised, times its ``factor``: 1/n is StableHLO's."""
     kinds = {"FFT": FFT, "IFFT": IFFT}
     if not emit.library_nodes or kinds.get(kind) not in IMPLEMENTATIONS[target_name] \
-            or len(lengths) != operand.type.rank \
+            or len(lengths) != operand.type.rank or not _concrete(operand.type) \
             or operand.type.element not in ("complex<f32>", "complex<f64>"):
         return False
     node = kinds[kind](kind.lower())
@@ -238,7 +245,7 @@ def factorises(emit: Emitter, target_name: str, matrix: ir.TensorType) -> bool:
     real f32 or f64 matrix (DaCe's node has no batch), at least 2x2 (DaCe's node
     squeezes a 1x1 matrix's dimensions away and fails its validation)."""
     return (emit.library_nodes and Potrf in IMPLEMENTATIONS[target_name]
-            and matrix.element in _BLAS_ELEMENTS and matrix.rank == 2
+            and matrix.element in _BLAS_ELEMENTS and matrix.rank == 2 and _concrete(matrix)
             and matrix.shape[0] >= 2)
 
 
