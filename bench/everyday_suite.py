@@ -33,7 +33,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
-from harness import blas_kernels, check, interleaved, machine, thread_environment
+from harness import blas_kernels, check, interleaved, machine, thread_environment, where_measured
 from jax import lax
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
@@ -816,10 +816,7 @@ def write(rows: list[dict], command: str) -> None:
     import matplotlib.pyplot as plt
 
     settings = settings_of(rows)
-    machines = ", ".join(sorted({r.get("machine") or machine() for r in rows}))
-    measured = [r["load_average"] for r in rows if "load_average" in r]
-    loads = (f"load average after each program {min(measured):.1f} to {max(measured):.1f}"
-             if measured else f"load average when written {os.getloadavg()[0]:.1f}")
+    machines, loads = where_measured(rows, "program")
     lines = [
         "# Everyday programs",
         "",

@@ -63,6 +63,16 @@ def machine() -> str:
             f"(family {fields.get('cpu family', '?')}, model {fields.get('model', '?')}, {isa})")
 
 
+def where_measured(rows: list[dict], unit: str) -> tuple[str, str]:
+    """The machines ``rows`` were measured on, and the load average they recorded after
+    each ``unit`` (rows written before they recorded it: this machine, its load now)."""
+    machines = ", ".join(sorted({r.get("machine") or machine() for r in rows}))
+    measured = [r["load_average"] for r in rows if "load_average" in r]
+    loads = (f"load average after each {unit} {min(measured):.1f} to {max(measured):.1f}"
+             if measured else f"load average when written {os.getloadavg()[0]:.1f}")
+    return machines, loads
+
+
 def blas_kernels() -> str:
     """Which OpenBLAS kernels the measured programs ran, for a document's machine line:
     an ``OPENBLAS_CORETYPE`` in the environment (Haswell: AVX2 even on an AVX-512 CPU,

@@ -38,7 +38,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness import blas_kernels, check, interleaved, machine, thread_environment
+from harness import blas_kernels, check, interleaved, machine, thread_environment, where_measured
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 FRAMEWORKS = ("numpy", "xla", "hlo2dace", "dace")
@@ -366,11 +366,7 @@ def write(rows: list[dict], command: str) -> None:
     import matplotlib.pyplot as plt
 
     settings = settings_of(rows)
-    # where and how loaded the rows were measured (rows written before they said: here, now)
-    machines = ", ".join(sorted({r.get("machine") or machine() for r in rows}))
-    measured = [r["load_average"] for r in rows if "load_average" in r]
-    loads = (f"load average after each kernel {min(measured):.1f} to {max(measured):.1f}"
-             if measured else f"load average when written {os.getloadavg()[0]:.1f}")
+    machines, loads = where_measured(rows, "kernel")
     lines = [
         "# NPBench",
         "",
