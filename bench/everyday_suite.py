@@ -33,7 +33,15 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
-from harness import blas_kernels, check, interleaved, machine, thread_environment, where_measured
+from harness import (
+    blas_kernels,
+    check,
+    geomean,
+    interleaved,
+    machine,
+    thread_environment,
+    where_measured,
+)
 from jax import lax
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
@@ -747,11 +755,6 @@ def run_setting(names, sizes, budget: float, threads: int | None, timeout: float
 
 
 # --- the document ------------------------------------------------------------------------
-
-def geomean(values) -> float:
-    values = [v for v in values if v and math.isfinite(v)]
-    return math.exp(sum(map(math.log, values)) / len(values)) if values else math.nan
-
 
 #: peak memory growths below this, for both backends, are a few pages each: their ratio
 #: is noise (0.01 MB against 0.26 at the quick run's small sizes)

@@ -3,6 +3,7 @@ child process with one thread or all, and interleaved timing."""
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Callable
 
@@ -61,6 +62,12 @@ def machine() -> str:
     isa = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2"
     return (f"{os.cpu_count()} cores, {fields.get('model name', 'CPU model unknown')} "
             f"(family {fields.get('cpu family', '?')}, model {fields.get('model', '?')}, {isa})")
+
+
+def geomean(values) -> float:
+    """The geometric mean of the finite, non-zero ``values``; NaN if there are none."""
+    values = [v for v in values if v and math.isfinite(v)]
+    return math.exp(sum(map(math.log, values)) / len(values)) if values else math.nan
 
 
 def where_measured(rows: list[dict], unit: str) -> tuple[str, str]:

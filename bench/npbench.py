@@ -38,7 +38,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness import blas_kernels, check, interleaved, machine, thread_environment, where_measured
+from harness import (
+    blas_kernels,
+    check,
+    geomean,
+    interleaved,
+    machine,
+    thread_environment,
+    where_measured,
+)
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 FRAMEWORKS = ("numpy", "xla", "hlo2dace", "dace")
@@ -289,11 +297,6 @@ def run_setting(checkout: Path, names, presets, budget: float, threads: int | No
                 print(json.dumps(row), file=sys.stderr, flush=True)
             rows += measured
     return rows
-
-
-def geomean(values) -> float:
-    values = [v for v in values if v and math.isfinite(v)]
-    return math.exp(sum(map(math.log, values)) / len(values)) if values else math.nan
 
 
 def _ratio(row: dict, framework: str) -> float | None:
