@@ -32,15 +32,6 @@ from . import dtypes, library
 from .builder import Builder
 
 
-def _element(dtype: dace.typeclass, elements: Sequence[str], node: str) -> str:
-    """The element type of ``elements`` that a node's arrays of ``dtype`` hold."""
-    for element in elements:
-        if dtypes.element_type(element).storage == dtype:
-            return element
-    raise ValueError(f"a {node} node of {dtype} elements (hlo2dace's implementation takes "
-                     f"{', '.join(elements)})")
-
-
 def _identity(value: object, element: str) -> np.ndarray:
     """A Reduce node's identity as a number of ``element``'s type (a string where the
     SDFG was loaded from a file)."""
@@ -119,8 +110,11 @@ def _operand(node: dace.nodes.LibraryNode, state: dace.SDFGState, sdfg: dace.SDF
     """The shape and element type of the array ``node`` reads."""
     (read,) = state.in_edges(node)
     desc = sdfg.arrays[read.data.data]
-    return (tuple(int(n) for n in desc.shape),
-            _element(desc.dtype, elements, type(node).__name__))
+    element = dtypes.element_of_numpy(desc.dtype.as_numpy_dtype())
+    if element not in elements:
+        raise ValueError(f"a {type(node).__name__} node of {element} elements (hlo2dace's "
+                         f"implementation takes {', '.join(elements)})")
+    return tuple(int(n) for n in desc.shape), element
 
 
 @dace.library.expansion
