@@ -813,11 +813,6 @@ def _cell(value, scale: float = 1.0, digits: int = 3) -> str:
 
 
 def write(rows: list[dict], command: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     settings = settings_of(rows)
     machines, loads = where_measured(rows, "program")
     lines = [
@@ -873,7 +868,20 @@ def write(rows: list[dict], command: str) -> None:
                 f"{_cell(r.get('first_call_s'), digits=2)} | {verdict} |")
     lines += ["", "![Everyday programs](everyday.png)", ""]
     (DOCS / "everyday.md").write_text("\n".join(lines))
+    plot(rows)
 
+
+def plot(rows: list[dict]) -> None:
+    """everyday.png: each program's time and memory ratio, one panel per size and threads."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: no plot (pip install -e '.[bench]')")
+        return
+    settings = settings_of(rows)
     figure, axes = plt.subplots(len(settings), 1, squeeze=False,
                                 figsize=(14, 3.8 * len(settings)))
     for ax, (size, threads) in zip(axes[:, 0], settings):

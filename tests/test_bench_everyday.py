@@ -65,4 +65,10 @@ def test_the_document_lists_every_row(rows, tmp_path, monkeypatch):
     for name in ("fast", "wrong", "broken", "slow"):
         assert f"| {name} |" in document
     assert "failed: Hlo2DaceError" in document and "timed out: timeout" in document
+
+
+def test_the_plot_has_every_setting(rows, tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib", reason="the bench extra's matplotlib draws the plot")
+    monkeypatch.setattr(suite, "DOCS", tmp_path)
+    suite.plot(rows)
     assert (tmp_path / "everyday.png").stat().st_size > 0
