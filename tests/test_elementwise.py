@@ -489,6 +489,28 @@ def test_bitcast_convert():
     assert not wrong, f"bit patterns differ: {wrong}"
 
 
+def test_f16_nans_keep_their_bits_until_converted():
+    """f16's signalling NaNs and payloads pass negation, abs, max and select bit for bit, as
+    XLA's f16 ops pass them; converting to or from f32 quietens them, as XLA's conversions
+    do."""
+    halves = np.array([0x7C01, 0xFD55, 0x7E01, 0x7C00, 0x0001, 0x8001, 0x3C00, 0xFE00],
+                      np.uint16).view(np.float16)
+    floats = np.array([0x7F800001, 0x7FA00000, 0xFFC00001, 0x7F802000, 0x33800000,
+                       0x00000001, 0x3F800000, 0x7FC00000], np.uint32).view(np.float32)
+    pick = np.array([True, False, True, True, False, True, False, True])
+
+    def fun(h, f, p):
+        return {"neg": -h, "abs": jnp.abs(h), "max": jnp.maximum(h, h),
+                "select": jnp.where(p, h, -h), "to_f32": h.astype(jnp.float32),
+                "from_f32": f.astype(jnp.float16), "sum": h + h}
+
+    expected = jax.jit(fun)(halves, floats, pick)
+    actual = hlo2dace.jit(fun)(halves, floats, pick)
+    wrong = {key: (_bits(actual[key]).tolist(), _bits(e).tolist())
+             for key, e in expected.items() if not np.array_equal(_bits(actual[key]), _bits(e))}
+    assert not wrong, wrong
+
+
 def test_bitcast_convert_changing_width():
     """Wide to narrow adds a last dimension of the bytes in memory order, narrow to wide
     removes it; float types (NaN payloads included) and integers."""

@@ -160,6 +160,12 @@ def _convert(op, args, ins, out: ElementType):
                     expression = (f"({x} {test} {literal(edge, source)} ? "
                                   f"{literal(end, out)} : {expression})")
         return expression
+    if "f16" in (source.element, out.element) and source.element != out.element and \
+            source.is_float and not source.is_small_float and \
+            (out.is_float or out.is_complex) and not out.is_small_float:
+        # f16 values keep a signalling NaN (h2d/floats.h); XLA's conversions between f16
+        # and the other float types quieten it, as the CPU's instructions do
+        x = f"h2d::quiet({x})"
     if source.is_small_float and out.compute == "double":  # exactly, as XLA widens them
         return f"h2d::{source.rounding}_to_double({source.store(x)})"
     if out.is_small_float:  # rounded once, from a double too

@@ -14,10 +14,59 @@ H2D_FN inline float f16_to_float(uint16_t bits) { return __half2float(__ushort_a
 H2D_FN inline uint16_t float_to_f16(float x) { return __half_as_ushort(__float2half_rn(x)); }
 H2D_FN inline float round_f16(float x) { return __half2float(__float2half_rn(x)); }
 #else
-H2D_FN inline float f16_to_float(uint16_t bits) { return (float)bit_cast<_Float16>(bits); }
-H2D_FN inline uint16_t float_to_f16(float x) { return bit_cast<uint16_t>((_Float16)x); }
-H2D_FN inline float round_f16(float x) { return (float)(_Float16)x; }
+// An f16 value is held in a float exactly: a signalling NaN stays one, so that negation,
+// selection and bitcasts keep its bits, as XLA's f16 ops do (`convert` to and from other
+// float types quietens it, as XLA's conversions do: elementwise.py). Numbers round to
+// nearest even. Integer and float operations rather than _Float16's conversions: without
+// AVX512-FP16, GCC (12 at least) converts _Float16 one element at a time, and a loop with
+// one such conversion is not vectorised (f16 arithmetic ran at 35x XLA's time). Other than
+// on signalling NaNs these give F16C's bits (vcvtph2ps, vcvtps2ph) for all 2^16 halves and
+// 2^32 floats, with and without FTZ/DAZ (tests/test_f16_conversions.py). Selects by `blend`:
+// with `?:` GCC branches where an operand is itself a select (a max), and the loop stays
+// scalar.
+H2D_FN inline float f16_to_float(uint16_t bits) {
+    const uint32_t sign = (uint32_t)(bits & 0x8000u) << 16;
+    const uint32_t shifted = (uint32_t)(bits & 0x7fffu) << 13;  // exponent and mantissa
+    const float normal = bit_cast<float>(shifted + (112u << 23));  // rebiased: 127 - 15
+    // a subnormal's mantissa, as 2^-14 (1 + m/1024) - 2^-14: exact, and normal in float
+    const float subnormal = bit_cast<float>(shifted + (113u << 23)) - bit_cast<float>(113u << 23);
+    uint32_t r = bit_cast<uint32_t>(blend(shifted < (1u << 23), subnormal, normal));
+    r = blend(shifted >= (0x1fu << 23), shifted | 0x7f800000u, r);  // infinity, NaN
+    return bit_cast<float>(r | sign);
+}
+// a float NaN's top 10 payload bits, or f16's quiet NaN where those are zero
+H2D_FN inline uint32_t f16_nan_of(uint32_t magnitude) {
+    return blend((magnitude & 0x7fe000u) != 0, (magnitude >> 13) & 0x3ffu, 0x200u) | 0x7c00u;
+}
+H2D_FN inline uint16_t float_to_f16(float x) {
+    const uint32_t u = bit_cast<uint32_t>(x), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+    // normal: the mantissa rounded to 10 bits, ties to even, the exponent rebiased
+    const uint32_t normal = (a + 0xfffu + ((a >> 13) & 1u) - (112u << 23)) >> 13;
+    // below 2^-14: 0.5 + |x| rounds |x| to a multiple of 2^-24, which is the low bits
+    const uint32_t subnormal = bit_cast<uint32_t>(bit_cast<float>(a) + 0.5f) - 0x3f000000u;
+    uint32_t r = blend(a < 0x38800000u, subnormal, normal);
+    r = blend(a >= 0x477ff000u, 0x7c00u, r);  // 65520 and up: inf
+    r = blend(a > 0x7f800000u, f16_nan_of(a), r);
+    return (uint16_t)(r | sign);
+}
+// float_to_f16 then f16_to_float, in float's bits
+H2D_FN inline float round_f16(float x) {
+    const uint32_t u = bit_cast<uint32_t>(x), sign = u & 0x80000000u, a = u ^ sign;
+    const uint32_t normal = (a + 0xfffu + ((a >> 13) & 1u)) & 0xffffe000u;
+    const uint32_t subnormal = bit_cast<uint32_t>((bit_cast<float>(a) + 0.5f) - 0.5f);
+    uint32_t r = blend(a < 0x38800000u, subnormal, normal);
+    r = blend(a >= 0x477ff000u, 0x7f800000u, r);
+    r = blend(a > 0x7f800000u, f16_nan_of(a) << 13 | 0x7f800000u, r);
+    return bit_cast<float>(r | sign);
+}
 #endif
+
+// a NaN quietened, as the CPU's conversions between float types do
+template <typename T> H2D_FN inline T quiet(T x) {
+    using I = typename bits_of<T>::type;
+    const I quiet_bit = I(1) << (std::numeric_limits<T>::digits - 2);
+    return blend(x != x, bit_cast<T>(bit_cast<I>(x) | quiet_bit), x);
+}
 
 H2D_FN inline float bf16_to_float(uint16_t bits) { return bit_cast<float>((uint32_t)bits << 16); }
 H2D_FN inline uint16_t float_to_bf16(float x) {

@@ -1,0 +1,64 @@
+"""f16 conversions in generated code: the CPU's bits, in loops that vectorise.
+
+Without AVX512-FP16, GCC converts ``_Float16`` one element at a time and leaves any loop
+with such a conversion scalar: f16 arithmetic ran at 35 times XLA's time. ``h2d/floats.h``
+converts in integer and float operations instead. This builds
+``tests/data/f16_conversions/harness.cc`` with the generated code's flags, checks that GCC
+vectorises its three conversion loops, and runs it: every f16 and every float (every 7th
+block of them for the other instruction set) against F16C's conversions, with and without
+FTZ/DAZ.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from hlo2dace.optimize import BASE_FLAGS
+
+HARNESS = Path(__file__).parent / "data" / "f16_conversions" / "harness.cc"
+HEADERS = Path(__file__).parents[1] / "hlo2dace" / "include"
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("g++") is None or os.uname().machine != "x86_64",
+    reason="needs g++ and an x86-64 CPU")
+
+
+def _cpu_flags() -> set[str]:
+    with open("/proc/cpuinfo") as info:
+        for line in info:
+            if line.startswith("flags"):
+                return set(line.partition(":")[2].split())
+    return set()
+
+
+#: -march -> (the CPU flags it needs, every how many blocks of floats to check)
+TARGETS = {"native": (set(), 1), "x86-64-v3": ({"avx2", "fma", "f16c"}, 7)}
+
+
+@pytest.mark.parametrize("march", TARGETS)
+def test_conversions_vectorise_and_give_the_cpus_bits(march, tmp_path):
+    needed, stride = TARGETS[march]
+    flags = _cpu_flags()
+    if "f16c" not in flags or not needed <= flags:
+        pytest.skip(f"the CPU lacks {sorted((needed | {'f16c'}) - flags)}")
+    if "avx512fp16" in flags and march == "native":
+        pytest.skip("AVX512-FP16: h2d/floats.h uses _Float16's own conversions")
+    binary = tmp_path / "harness"
+    build = subprocess.run(
+        ["g++", "-std=c++20", "-O3", "-fopenmp", *shlex.split(BASE_FLAGS), f"-march={march}",
+         "-mf16c", f"-I{HEADERS}", str(HARNESS), "-o", str(binary), "-fopt-info-vec-optimized"],
+        capture_output=True, text=True, check=True)
+    source = HARNESS.read_text().splitlines()
+    loops = {number for number, line in enumerate(source, 1) if "// loop:" in line}
+    vectorised = {int(m) for m in re.findall(rf"{HARNESS.name}:(\d+):\d+: optimized: loop "
+                                             "vectorized", build.stderr)}
+    assert loops and loops <= vectorised, build.stderr
+    run = subprocess.run([str(binary), str(stride)], capture_output=True, text=True)
+    assert run.returncode == 0 and run.stdout.endswith("0 differences\n"), run.stdout
