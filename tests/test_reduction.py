@@ -70,6 +70,24 @@ def test_bool_reductions():
     assert_matches_jax(lambda x: (x.any(0), x.all(1), x.all(), jnp.sum(x, 0)), x)
 
 
+@pytest.mark.parametrize("n", [1, 15, 16, 17, 255, 257, 4099])
+def test_bool_folds_of_computed_elements(n):
+    """any, all, parity, max and min of booleans computed in the reduction's loop, folded
+    as bytes in lanes (``_byte_fold``), around the lane and block lengths."""
+    x = np.random.default_rng(n).integers(-3, 4, (3, n)).astype(np.int32)
+    x[1] = 1  # no element differs from 1: any is False, all True
+
+    def f(x):
+        odd, other = x % 2 != 0, x != 1
+        return {"any": jnp.any(other, 1), "all": jnp.all(other | (x > -9), 1),
+                "xor": lax.reduce_xor(odd, (1,)), "max": jnp.max(odd, 1),
+                "min": jnp.min(other, 1), "any_all": jnp.any(other)}
+
+    assert_matches_jax(f, x)
+    code = hlo2dace.jit(f).lower(x).compile().as_text()
+    assert n < 64 or "uint8_t __lanes[16]" in code  # shorter rows: no lanes
+
+
 def test_statistics_and_softmax():
     x = np.random.default_rng(1).standard_normal((16, 10)).astype(np.float32)
 

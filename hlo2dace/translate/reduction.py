@@ -126,7 +126,8 @@ def _accumulate(b: Builder, op: ir.Op, label: str, reads: Reads, loops: Sequence
     order of a reduction to the implementation, and XLA reorders sums as well); the lanes
     are folded into the init value at the end, in halves where the order changes no bits
     (``_order_free``). A maximum or minimum of floats folds order keys in its lanes instead
-    (``_key_fold``). Other bodies (argmax) fold in order."""
+    (``_key_fold``), booleans fold as bytes (``_byte_fold``). Other bodies (argmax) fold
+    in order."""
     arrays, computed, expressions = reads
     elements, results, inputs, body = _fold(b, op, targets, starts, read_types)
     code = _fold_code(op, (computed, expressions), loops, guard,
@@ -152,8 +153,10 @@ def _fold_code(op: ir.Op, reads: tuple[list[str], list[str]], loops: Sequence[Lo
     identity = _identity(op) if lanes and len(results) == 1 else None
     if expressions and loops and not guard and (computed or identity is not None):
         innermost = loops[-1]
-        code.lines(f"{e.compute} __block{k}[{BLOCK}];" for k, e in enumerate(elements))
         pick = _key_fold(op) if identity is not None else None
+        byte = _byte_fold(op) if identity is not None else None
+        code.lines(f"{'uint8_t' if byte else e.compute} __block{k}[{BLOCK}];"
+                   for k, e in enumerate(elements))
         if pick is not None:
             (result,) = results
             integer = "int32_t" if result.compute == "float" else "int64_t"
@@ -162,7 +165,7 @@ def _fold_code(op: ir.Op, reads: tuple[list[str], list[str]], loops: Sequence[Lo
                       f"h2d::order_key({literal(identity, result)}); __nans[__l] = 0; }}")
         elif identity is not None:
             (result,) = results
-            code.line(f"{result.compute} __lanes[{LANES}];",
+            code.line(f"{'uint8_t' if byte else result.compute} __lanes[{LANES}];",
                       f"for (int __l = 0; __l < {LANES}; ++__l) __lanes[__l] = "
                       f"{literal(identity, result)};")
         blocks = Loop("__from", innermost.first, innermost.end, BLOCK)
@@ -191,6 +194,9 @@ def _fold_code(op: ir.Op, reads: tuple[list[str], list[str]], loops: Sequence[Lo
                                       f"__keys[__l] = {pick}(__keys[__l], h2d::order_key(__x0));",
                                       "__nans[__l] = h2d::first_nan(__nans[__l], __x0);")
                             continue
+                        if byte:
+                            code.line(f"__lanes[__l] {byte}= __block0[{at}];")
+                            continue
                         code.line(f"{result.compute} __acc0 = __lanes[__l];",
                                   f"const {elements[0].compute} __x0 = __block0[{at}];")
                         code.lines(body)
@@ -206,6 +212,10 @@ def _fold_code(op: ir.Op, reads: tuple[list[str], list[str]], loops: Sequence[Lo
             code.line(f"__acc0 = __acc0 != __acc0 ? __acc0 : __nans[0] != __nans[0] ? __nans[0]"
                       f" : h2d::from_total_order_key<{results[0].compute}>("
                       f"{pick}(h2d::order_key(__acc0), __keys[0]));")
+        elif byte:
+            with code.block(halves):
+                code.line(f"__lanes[__l] {byte}= __lanes[__l + __w];")
+            code.line(f"__acc0 = (bool)(__acc0 {byte} __lanes[0]);")
         elif identity is not None and _order_free(op):
             with code.block(halves):
                 code.line(f"{results[0].compute} __acc0 = __lanes[__l];",
@@ -296,6 +306,21 @@ def _key_fold(op: ir.Op) -> str | None:
     if reducer is None or dtypes.of(op.results[0].type).compute not in ("float", "double"):
         return None
     return {"stablehlo.maximum": "std::max", "stablehlo.minimum": "std::min"}.get(reducer.name)
+
+
+#: bool reducers as C++ operators on bytes
+_BYTE_OPERATORS = {"stablehlo.or": "|", "stablehlo.and": "&", "stablehlo.xor": "^",
+                   "stablehlo.maximum": "|", "stablehlo.minimum": "&"}
+
+
+def _byte_fold(op: ir.Op) -> str | None:
+    """For an ``any``, ``all`` or parity of booleans, the C++ operator that folds them as
+    bytes: GCC 12 vectorises lanes of ``uint8_t`` folded by ``|``, not lanes of ``bool``
+    (a ``while_loop`` whose condition is an ``any`` stayed scalar there)."""
+    reducer = _reducer(op)
+    if reducer is None or dtypes.of(op.results[0].type).compute != "bool":
+        return None
+    return _BYTE_OPERATORS.get(reducer.name)
 
 
 def _order_free(op: ir.Op) -> bool:
