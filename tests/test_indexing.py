@@ -81,6 +81,28 @@ def test_numpy_indexing_and_updates(dtype):
     assert_matches_jax(f, x, u, r, i, j, tolerances=tolerances)
 
 
+@pytest.mark.parametrize("width", [1, 7, 16, 17, 40])
+@pytest.mark.parametrize("dtype", (np.float32, np.float64, np.int32, ml_dtypes.bfloat16),
+                         ids=dtype_id)
+def test_scatters_of_rows(dtype, width):
+    """Rows scattered with colliding and out-of-range indices, the row loop vectorised
+    where a row holds a vector (its ``#pragma GCC unroll 1``): sums, maxima and sets,
+    around the vector lengths, on an odd row offset."""
+    rng = np.random.default_rng(width)
+    rows = sample(dtype, (300, width + 1), seed=width)[:, 1:]
+    ids = rng.integers(-2, 12, 300).astype(np.int32)
+
+    def f(rows, ids):
+        base = jnp.zeros((10, width), rows.dtype)
+        return {"sum": jax.ops.segment_sum(rows, ids, num_segments=10),
+                "max": base.at[ids].max(rows, mode="drop"),
+                "set": base.at[ids % 10].set(rows)}
+
+    assert_matches_jax(f, rows, ids)
+    if width == 40:  # rows longer than any vector
+        assert "#pragma GCC unroll 1" in hlo2dace.jit(f).lower(rows, ids).compile().as_text()
+
+
 #: ``.at[]`` updates with static indices: name -> (update, whether the indices make a
 #: strided box that ``_strided_window`` turns into a plain copy)
 STATIC_UPDATES = {

@@ -429,10 +429,15 @@ def scatter(b: Builder, op: ir.Op) -> list[Binding]:
                                      [f"__x{k}" for k in range(n)], "__v")
 
     code = Writer()
+    looped_window = [d for d in window_dims if d not in parallel]
     with contextlib.ExitStack() as nest:
+        looped_scatter = [d for d in scatter_dims if d not in parallel]
         nest.enter_context(code.loops(*(Loop(f"__u{d}", "0", str(update_shape[d]))
-                                        for d in scatter_dims if d not in parallel),
-                                      scalar=True))
+                                        for d in looped_scatter), scalar=True))
+        if looped_window and not chunk and not looped_scatter:
+            # the window's innermost loop vectorises (its elements are distinct); the map's
+            # loop around the guarded nest must not (h2d::scalar_loop)
+            code.line("h2d::scalar_loop();")
         inside = []
         for k in range(len(to_operand)):
             start = _start_index(read_index, scatter_index, index_vector_dim, k,
@@ -441,7 +446,6 @@ def scatter(b: Builder, op: ir.Op) -> list[Binding]:
             bound = shape[to_operand[k]] - window_sizes[to_operand[k]]
             inside.append(f"(uint64_t)__start{k} <= {bound}ull")
         nest.enter_context(code.block(f"if ({' && '.join(inside) or 'true'})"))
-        looped_window = [d for d in window_dims if d not in parallel]
         if chunk:  # one flat loop over this iteration's chunk of the window
             window = int(np.prod([update_shape[d] for d in looped_window], dtype=np.int64))
             first = f"{params[-1]} * {chunk}LL"
@@ -455,8 +459,14 @@ def scatter(b: Builder, op: ir.Op) -> list[Binding]:
             map_shape.append(-(-window // chunk))
         else:
             for d in looped_window:
+                innermost = d == looped_window[-1]
+                if innermost and update_shape[d] * elements[0].storage_numpy.itemsize \
+                        >= b.machine.vector_bytes:
+                    # GCC unrolls a short loop completely and then leaves the rows scalar
+                    # (a segment sum's rows of 16 floats), instead of vectorising the loop
+                    code.line("#pragma GCC unroll 1")
                 nest.enter_context(code.loops(Loop(f"__u{d}", "0", str(update_shape[d])),
-                                              scalar=True))
+                                              scalar=not innermost))
         position = _operand_position(
             len(shape), to_operand, input_batching, indices_batching, scatter_index,
             index_vector_dim, {d: update_index[w] for d, w in window_of.items()})
