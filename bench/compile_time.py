@@ -35,6 +35,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from harness import pyplot
+
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 LAYERS = (1, 2, 4, 8, 16, 32)
 #: the hlo2dace stages reported, in order (``hlo2dace/progress.py``)
@@ -370,13 +372,8 @@ def targets(rows: list[dict]) -> list[str]:
 
 
 def plot(rows: list[dict]) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed: no plot (pip install -e '.[bench]')")
+    plt = pyplot()
+    if plt is None:
         return
     figure, axes = plt.subplots(figsize=(7, 4.5))
     for kind, marker in (("transformer", "o"), ("npbench", "s"), ("pyhpc", "^")):

@@ -19,7 +19,6 @@ A program that fails or times out is a row saying so, counted in the summary."""
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import math
 import os
@@ -39,6 +38,8 @@ from harness import (
     geomean,
     interleaved,
     machine,
+    peak_growth_mb,
+    pyplot,
     thread_environment,
     where_measured,
 )
@@ -680,13 +681,6 @@ def _measure_size(ours_jit, function, args, budget: float) -> dict:
             **{f"{k}_s": v for k, v in times.items()}}
 
 
-def _status_kb(field: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise KeyError(field)
-
-
 def peak_growth(name: str, size: str, backend: str) -> dict:
     """In this (fresh) process: the first call's peak resident-set growth in MB, the
     program compiled first (as bench/memory.py measures it)."""
@@ -696,13 +690,7 @@ def peak_growth(name: str, size: str, backend: str) -> dict:
     args = jax.device_put(args)
     jitted = jax.jit(function) if backend == "xla" else hlo2dace.jit(function)
     compiled = jitted.lower(*args).compile()
-    gc.collect()
-    Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS
-    before = _status_kb("VmRSS")
-    result = jax.block_until_ready(compiled(*args))
-    peak = _status_kb("VmHWM")
-    del result
-    return {"peak_growth_mb": round((peak - before) / 1024, 2)}
+    return {"peak_growth_mb": peak_growth_mb(lambda: jax.block_until_ready(compiled(*args)))}
 
 
 def _run_child(arguments: list[str], env: dict, timeout: float, cwd: str):
@@ -873,13 +861,8 @@ def write(rows: list[dict], command: str) -> None:
 
 def plot(rows: list[dict]) -> None:
     """everyday.png: each program's time and memory ratio, one panel per size and threads."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed: no plot (pip install -e '.[bench]')")
+    plt = pyplot()
+    if plt is None:
         return
     settings = settings_of(rows)
     figure, axes = plt.subplots(len(settings), 1, squeeze=False,

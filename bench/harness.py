@@ -3,8 +3,10 @@ child process with one thread or all, and interleaved timing."""
 
 from __future__ import annotations
 
+import gc
 import math
 import os
+from pathlib import Path
 from typing import Callable
 
 from hlo2dace import blas_core
@@ -119,3 +121,37 @@ def interleaved(calls: dict[str, tuple[Callable, Callable | None]], budget: floa
         for name, (call, setup) in calls.items():
             best[name] = min(best[name], median_seconds(call, budget / rounds, setup=setup))
     return best
+
+
+def pyplot():
+    """matplotlib's pyplot, drawing into files; None, with a note, where the bench extra's
+    matplotlib is not installed (the documents are written without their plots)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: no plot (pip install -e '.[bench]')")
+        return None
+    return plt
+
+
+def _status_kb(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise KeyError(field)
+
+
+def peak_growth_mb(call: Callable[[], object]) -> float:
+    """The growth of this process's peak resident set over its resident set before
+    ``call`` (an already compiled program's call, in a fresh process: what the call itself
+    allocates, not the compiler), in MB."""
+    gc.collect()
+    Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS
+    before = _status_kb("VmRSS")
+    result = call()
+    peak = _status_kb("VmHWM")
+    del result
+    return round((peak - before) / 1024, 2)

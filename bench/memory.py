@@ -14,7 +14,6 @@ interleaved in one process (``harness.interleaved``), after ``keep_freed_memory`
 from __future__ import annotations
 
 import argparse
-import gc
 import importlib
 import json
 import subprocess
@@ -22,7 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from harness import interleaved, thread_environment
+from harness import interleaved, peak_growth_mb, thread_environment
 
 BENCHMARKS = {  # name -> (module prefix, JAX entry point)
     "equation_of_state": ("eos", "gsw_dHdT"),
@@ -31,13 +30,6 @@ BENCHMARKS = {  # name -> (module prefix, JAX entry point)
 }
 #: backend -> the passes switched off (None: XLA)
 BACKENDS = {"xla": None, "hlo2dace": (), "hlo2dace, no reuse_transients": ("reuse_transients",)}
-
-
-def _status_kb(field: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise KeyError(field)
 
 
 def _program(checkout: Path, name: str, size: int):
@@ -66,14 +58,7 @@ def _compiled(fun, inputs, backend: str):
 def peak_growth(checkout: Path, name: str, size: int, backend: str) -> dict:
     """In this (fresh) process: the first call's peak resident-set growth, in MB."""
     fun, inputs = _program(checkout, name, size)
-    call = _compiled(fun, inputs, backend)
-    gc.collect()
-    Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS
-    before = _status_kb("VmRSS")
-    result = call()
-    peak = _status_kb("VmHWM")
-    del result
-    return {"peak_growth_mb": round((peak - before) / 1024, 1)}
+    return {"peak_growth_mb": peak_growth_mb(_compiled(fun, inputs, backend))}
 
 
 def times(checkout: Path, name: str, size: int, budget: float) -> dict:

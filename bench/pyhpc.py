@@ -4,6 +4,7 @@ float64 as pyhpc runs them, on one thread and on all threads. Writes docs/pyhpc.
 docs/pyhpc.png.
 
     python bench/pyhpc.py --pyhpc PATH/TO/pyhpc-benchmarks [--sizes 4096 65536 ...]
+                          [--no-memory]
 
 The benchmarks' code is imported from the user's checkout, never copied. Each thread
 setting runs in a fresh process, since XLA fixes its thread pool when it starts. Before
@@ -15,7 +16,9 @@ tolerance (``harness.check``); where one differs, each backend's distance from t
 benchmark's NumPy code evaluated in long double (``long_double_errors``) says whether
 hlo2dace is wrong or the formula itself loses those digits in float64. The first
 ``hlo2dace.jit`` call of each benchmark is timed with an empty cache (translation,
-optimisation and C++ build)."""
+optimisation and C++ build). Peak memory: in the one-thread setting, each backend's first
+call of the compiled program in a fresh process, the growth of its peak resident set
+(``harness.peak_growth_mb``)."""
 
 from __future__ import annotations
 
@@ -29,7 +32,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness import blas_kernels, check, interleaved, machine, thread_environment
+from harness import (
+    blas_kernels,
+    check,
+    interleaved,
+    machine,
+    peak_growth_mb,
+    pyplot,
+    thread_environment,
+)
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 BENCHMARKS = {  # name -> (module prefix, JAX entry point)
@@ -37,7 +48,7 @@ BENCHMARKS = {  # name -> (module prefix, JAX entry point)
     "isoneutral_mixing": ("isoneutral", "isoneutral_diffusion_pre"),
     "turbulent_kinetic_energy": ("tke", "integrate_tke"),
 }
-SIZES = (4096, 16384, 65536, 262144, 1048576)
+SIZES = (4096, 16384, 65536, 262144, 1048576, 4194304)  # pyhpc's own
 
 
 #: hlo2dace within this factor of the larger of XLA's and NumPy's distances from the
@@ -124,18 +135,49 @@ def _measure_size(inputs, numpy_module, xla, ours, budget: float) -> dict:
     return {**times, "first_call": first_call, **checked}
 
 
-def _run_setting(checkout: Path, sizes, budget: float, threads: int | None) -> list[dict]:
-    """Measure in a child process with ``threads`` threads (None: all) and a cold cache."""
+def peak_growth(checkout: Path, name: str, size: int, backend: str) -> float:
+    """In this (fresh) process: ``backend``'s first call of ``name`` at ``size``, compiled
+    first, as the growth of the peak resident set in MB."""
+    import jax
+
+    import hlo2dace
+
+    jax.config.update("jax_enable_x64", True)
+    sys.path.insert(0, str(checkout))
+    prefix, entry = BENCHMARKS[name]
+    package = importlib.import_module(f"benchmarks.{name}")
+    xla = getattr(importlib.import_module(f"benchmarks.{name}.{prefix}_jax"), entry)
+    jitted = xla if backend == "xla" else hlo2dace.jit(getattr(xla, "__wrapped__", xla))
+    inputs = [jax.device_put(a) for a in package.generate_inputs(size)]
+    compiled = jitted.lower(*inputs).compile()
+    return peak_growth_mb(lambda: jax.block_until_ready(compiled(*inputs)))
+
+
+def _run_setting(checkout: Path, sizes, budget: float, threads: int | None,
+                 memory: bool) -> list[dict]:
+    """Measure in a child process with ``threads`` threads (None: all) and a cold cache;
+    with ``memory``, each backend's peak memory in fresh processes on that cache."""
     env = thread_environment(threads)
     with tempfile.TemporaryDirectory() as cache:
         env["HLO2DACE_CACHE_DIR"] = cache
-        output = subprocess.run(
-            [sys.executable, __file__, "--pyhpc", str(checkout), "--child", "--budget",
-             str(budget), "--sizes", *map(str, sizes)],
-            env=env, check=True, stdout=subprocess.PIPE, text=True).stdout
-    rows = json.loads(output)
-    for row in rows:
-        row["threads"] = "1" if threads == 1 else str(os.cpu_count())
+
+        def child(*arguments: str) -> str:
+            return subprocess.run([sys.executable, __file__, "--pyhpc", str(checkout),
+                                   *arguments], env=env, check=True, stdout=subprocess.PIPE,
+                                  text=True).stdout
+
+        rows = json.loads(child("--child", "--budget", str(budget),
+                                "--sizes", *map(str, sizes)))
+        for row in rows:
+            row["threads"] = "1" if threads == 1 else str(os.cpu_count())
+            for backend in ("xla", "hlo2dace") if memory and not row.get("error") else ():
+                try:
+                    row[f"{backend}_peak_mb"] = json.loads(child(
+                        "--memory-child", row["benchmark"], str(row["size"]), backend))
+                except subprocess.CalledProcessError as exc:
+                    row[f"{backend}_peak_mb"] = None
+                    row[f"{backend}_peak_error"] = f"exit status {exc.returncode}"
+            print(json.dumps(row), file=sys.stderr, flush=True)
     return rows
 
 
@@ -165,12 +207,12 @@ def summary(rows: list[dict]) -> list[str]:
                "wrong" if len(differ) > len(explained) else "") + "."]
 
 
+def _megabytes(row: dict, backend: str) -> str:
+    grown = row.get(f"{backend}_peak_mb")
+    return f"{grown:.1f}" if grown is not None else row.get(f"{backend}_peak_error", "")
+
+
 def write(rows: list[dict]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     lines = [
         "# pyhpc-benchmarks",
         "",
@@ -184,34 +226,44 @@ def write(rows: list[dict]) -> None:
         "benchmark's NumPy code evaluated in long double (80-bit) from the same inputs: where",
         f"hlo2dace's is within {AS_CLOSE:g} times the larger of XLA's and NumPy's, hlo2dace",
         "computes the formula as well as they do, and the difference is the formula's own",
-        "rounding in float64, which each order of operations rounds its own way.",
+        "rounding in float64, which each order of operations rounds its own way. `peak MB`",
+        "(one-thread rows): the growth of the process's peak resident set during each",
+        "backend's first call of the compiled program, in a fresh process.",
         f"Machine: {machine()}; load average at the end "
         f"{os.getloadavg()[0]:.1f}; {blas_kernels()}. hlo2dace's optimisation level: "
         f"`{os.environ.get('HLO2DACE_OPTIMIZE') or 'default'}`.",
         "",
         *summary(rows),
         "",
-        "| benchmark | threads | size | NumPy | XLA | hlo2dace | ratio | first call s "
-        "| check | from long double: XLA, hlo2dace, NumPy |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---|---|",
+        "| benchmark | threads | size | NumPy | XLA | hlo2dace | ratio | XLA peak MB "
+        "| hlo2dace peak MB | first call s | check | from long double: XLA, hlo2dace, NumPy |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
     ]
     for r in rows:
         if r.get("error"):
             lines.append(f"| {r['benchmark']} | {r['threads']} | {r['size']:,} | | | | | | "
-                         f"failed: {r['error']} | |")
+                         f"| | failed: {r['error']} | |")
             continue
         first = f"{r['first_call']:.1f}" if r["first_call"] is not None else ""
         exact = r.get("long_double")
         lines.append(f"| {r['benchmark']} | {r['threads']} | {r['size']:,} | "
                      f"{r['numpy'] * 1e3:.2f} | {r['xla'] * 1e3:.2f} | "
-                     f"{r['hlo2dace'] * 1e3:.2f} | {r['hlo2dace'] / r['xla']:.2f} | {first} | "
+                     f"{r['hlo2dace'] * 1e3:.2f} | {r['hlo2dace'] / r['xla']:.2f} | "
+                     f"{_megabytes(r, 'xla')} | {_megabytes(r, 'hlo2dace')} | {first} | "
                      f"{r['verdict']} ({r['normwise_error']:.1e}) | "
                      + (f"{exact['xla']:.2e}, {exact['hlo2dace']:.2e}, {exact['numpy']:.2e}"
                         f" ({'as close' if formula_rounding(r) else 'hlo2dace further'})"
                         if exact else "") + " |")
     lines += ["", "![pyhpc](pyhpc.png)", ""]
     (DOCS / "pyhpc.md").write_text("\n".join(lines))
+    plot(rows)
 
+
+def plot(rows: list[dict]) -> None:
+    """pyhpc.png: each backend's time by size, one panel per benchmark and threads."""
+    plt = pyplot()
+    if plt is None:
+        return
     settings = sorted({r["threads"] for r in rows}, key=int)
     figure, axes = plt.subplots(len(settings), len(BENCHMARKS), squeeze=False,
                                 figsize=(5 * len(BENCHMARKS), 4 * len(settings)))
@@ -239,17 +291,33 @@ def main() -> None:
     parser.add_argument("--optimize", choices=["none", "default", "aggressive"],
                         help="hlo2dace's optimisation level (default: $HLO2DACE_OPTIMIZE)")
     parser.add_argument("--threads", nargs="+", default=["1", "all"], choices=["1", "all"])
+    parser.add_argument("--no-memory", action="store_true",
+                        help="skip peak memory (two fresh processes per benchmark and size)")
+    parser.add_argument("--rows", type=Path, help="also write the measurements here (JSON)")
+    parser.add_argument("--from-rows", type=Path, nargs="+",
+                        help="write the document from these runs' rows (one per thread setting)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--memory-child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.optimize:
         os.environ["HLO2DACE_OPTIMIZE"] = args.optimize  # the measuring children inherit it
     if args.child:
         print(json.dumps(measure(args.pyhpc.resolve(), args.sizes, args.budget)))
         return
+    if args.from_rows:
+        write([row for path in args.from_rows for row in json.loads(path.read_text())])
+        return
+    if args.memory_child:
+        name, size, backend = args.memory_child
+        print(json.dumps(peak_growth(args.pyhpc.resolve(), name, int(size), backend)))
+        return
     rows = []
     for threads in args.threads:
         rows += _run_setting(args.pyhpc.resolve(), args.sizes, args.budget,
-                             1 if threads == "1" else None)
+                             1 if threads == "1" else None,
+                             memory=threads == "1" and not args.no_memory)
+        if args.rows:
+            args.rows.write_text(json.dumps(rows, indent=0))
     if args.sizes == list(SIZES) and args.threads == ["1", "all"]:
         write(rows)
         print((DOCS / "pyhpc.md").read_text())

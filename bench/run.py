@@ -21,7 +21,7 @@ import kernels
 import loops
 import numpy as np
 import reductions
-from harness import check, machine
+from harness import check, machine, pyplot
 
 import hlo2dace
 from hlo2dace.compare import keep_freed_memory, median_seconds
@@ -260,13 +260,8 @@ def _kept_sections() -> str:
 
 
 def plot(results) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib not installed: no plot")
+    plt = pyplot()
+    if plt is None:
         return
     rows = [(section, r) for section, section_rows in results.items() for r in section_rows
             if not r.get("error")]
@@ -278,7 +273,7 @@ def plot(results) -> None:
     ax.set_xscale("log")
     ax.axvline(1.0, color="black", linewidth=1)
     ax.set_xlabel("speed-up of hlo2dace.jit over jax.jit (log scale, higher is better)")
-    ax.legend(handles=[matplotlib.patches.Patch(color=c, label=s) for s, c in colours.items()],
+    ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=c, label=s) for s, c in colours.items()],
               loc="lower right")
     ax.invert_yaxis()
     fig.tight_layout()

@@ -73,7 +73,8 @@ def better_kernels(core: str, flags: set[str]) -> str | None:
     return ISA_LEVELS[level][2] if used is not None and used < level else None
 
 
-def _cpu_flags() -> set[str]:
+def cpu_features() -> set[str]:
+    """The CPU's feature flags (/proc/cpuinfo's `flags`: avx2, avx512f, f16c...)."""
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
@@ -108,7 +109,7 @@ def choice() -> tuple[str, str] | None:
     """The kernels OpenBLAS picks unaided on this CPU and the ones this module loads
     instead, or None where it leaves the choice to the library (or to the user's
     ``OPENBLAS_CORETYPE``). Loads nothing into this process."""
-    flags = _cpu_flags()
+    flags = cpu_features()
     if "OPENBLAS_CORETYPE" in os.environ or not cpu_level(flags):
         return None
     unaided = _probe()

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from hlo2dace.blas_core import cpu_features
 from hlo2dace.optimize import BASE_FLAGS
 
 HARNESS = Path(__file__).parent / "data" / "f16_conversions" / "harness.cc"
@@ -30,14 +31,6 @@ pytestmark = pytest.mark.skipif(
     reason="needs g++ and an x86-64 CPU")
 
 
-def _cpu_flags() -> set[str]:
-    with open("/proc/cpuinfo") as info:
-        for line in info:
-            if line.startswith("flags"):
-                return set(line.partition(":")[2].split())
-    return set()
-
-
 #: -march -> (the CPU flags it needs, every how many blocks of floats to check)
 TARGETS = {"native": (set(), 1), "x86-64-v3": ({"avx2", "fma", "f16c"}, 7)}
 
@@ -45,7 +38,7 @@ TARGETS = {"native": (set(), 1), "x86-64-v3": ({"avx2", "fma", "f16c"}, 7)}
 @pytest.mark.parametrize("march", TARGETS)
 def test_conversions_vectorise_and_give_the_cpus_bits(march, tmp_path):
     needed, stride = TARGETS[march]
-    flags = _cpu_flags()
+    flags = cpu_features()
     if "f16c" not in flags or not needed <= flags:
         pytest.skip(f"the CPU lacks {sorted((needed | {'f16c'}) - flags)}")
     if "avx512fp16" in flags and march == "native":

@@ -887,7 +887,7 @@ x = np.ones((64, 64))
 np.testing.assert_allclose(np.asarray(hlo2dace.jit(lambda a: a @ a)(x)), x @ x)
 library = ctypes.CDLL(blas_core.LIBRARY)
 library.openblas_get_corename.restype = ctypes.c_char_p
-flags = blas_core._cpu_flags()
+flags = blas_core.cpu_features()
 print(json.dumps([library.openblas_get_corename().decode(), blas_core.cpu_level(flags),
                   os.environ.get("OPENBLAS_CORETYPE")]))
 """

@@ -40,6 +40,7 @@ from test_elementwise import (
 )
 
 import hlo2dace
+from hlo2dace.blas_core import cpu_features
 from hlo2dace.compare import ulp_distance
 from hlo2dace.optimize import BASE_FLAGS
 
@@ -68,14 +69,6 @@ VARIANT_ULP = 5
 pytestmark = pytest.mark.skipif(
     shutil.which("g++") is None or shutil.which("nm") is None
     or os.uname().machine != "x86_64", reason="needs g++, nm and an x86-64 CPU")
-
-
-def _cpu_flags() -> set[str]:
-    with open("/proc/cpuinfo") as info:
-        for line in info:
-            if line.startswith("flags"):
-                return set(line.partition(":")[2].split())
-    return set()
 
 
 def _compile_flags(level: str) -> list[str]:
@@ -168,7 +161,7 @@ def test_every_variant_gives_the_scalar_special_values(builds, name, dtype, stan
     x = _inputs(dtype)
     arguments = [x, np.roll(x, 5)] if name in BINARY else [x]
     special_input = np.logical_or.reduce([_special(a) for a in arguments])
-    cpu = _cpu_flags()
+    cpu = cpu_features()
     reference = None
     runnable = [level for level, (_, _, needs) in ISA_LEVELS.items() if needs <= cpu]
     assert runnable, "this CPU runs none of the -march levels"
@@ -231,7 +224,7 @@ def test_each_level_matches_xla(level, monkeypatch):
     (``$HLO2DACE_MARCH``): every vectorised function within VECTOR_ULP of XLA, special
     values exactly as XLA gives them (atan2: as ``atan2_of_flushed``), and the library calls
     that level's variants."""
-    if not ISA_LEVELS[level][2] <= _cpu_flags():
+    if not ISA_LEVELS[level][2] <= cpu_features():
         pytest.skip(f"this CPU cannot run {level} code")
     monkeypatch.setenv("HLO2DACE_MARCH", level)
     rng = np.random.default_rng(3)
@@ -273,7 +266,7 @@ def test_f16_rounds_as_xla_with_and_without_f16_instructions():
     float (``h2d::mul_add_f16``, ``h2d::f64_to_f16``). The suite checks this CPU's way;
     this checks the other too, on a CPU that has both: XLA held to AVX2
     (``--xla_cpu_max_isa``) against hlo2dace's code built for x86-64-v3."""
-    if "avx512_fp16" not in _cpu_flags():
+    if "avx512_fp16" not in cpu_features():
         pytest.skip("this CPU has no f16 instructions: the suite checks the float way")
     env = dict(os.environ, HLO2DACE_MARCH="x86-64-v3",
                XLA_FLAGS=f"{os.environ.get('XLA_FLAGS', '')} --xla_cpu_max_isa=AVX2".strip())
