@@ -354,13 +354,14 @@ def _lowering(ctx, *operands, fn: Function):
 def xla_executable(program: runtime.Program, results: arguments.Results,
                    leaves: Sequence[Any]) -> Any:
     """``program``'s FFI call on arrays like ``leaves`` compiled by XLA alone, for
-    ``hlo2dace.jit``'s calls with jax.Arrays: XLA makes their results. None without the
-    handler, where XLA stores an array otherwise (``_ffi_ready``), for a program whose
-    thread count is tuned per call (a direct call's), for results that are not plain
-    arrays on the CPU device (``Results.plain_avals``: shardings, keys, symbolic sizes) and
-    where jax.Arrays may live on another device than the one CPU device."""
+    ``hlo2dace.jit``'s calls with jax.Arrays: XLA makes their results. None for one result
+    (jaxlib wraps it faster than XLA starts a call), without the handler, where XLA stores
+    an array otherwise (``_ffi_ready``), for a program whose thread count is tuned per call
+    (a direct call's), for results that are not plain arrays on the CPU device
+    (``Results.plain_avals``: shardings, keys, symbolic sizes) and where jax.Arrays may
+    live on another device than the one CPU device."""
     avals = results.plain_avals
-    if not avals or program.threads is not None or not _ffi_ready(program) \
+    if avals is None or len(avals) < 2 or program.threads is not None or not _ffi_ready(program) \
             or jax.default_backend() != "cpu" or jax.device_count() != 1 \
             or ffi_library() is None:
         return None
