@@ -783,8 +783,9 @@ class JitFunction:
 
     def __call__(self, *args, **kwargs):
         key, leaves = self._signature(args, kwargs)
-        if key[0] is not _FLAT and not LEAF_TYPES.issuperset(map(type, leaves)) \
-                and traced(leaves):  # inside a JAX transformation
+        arrays = JAX_ARRAY_TYPES.issuperset(map(type, leaves))  # (then no tracers)
+        if not arrays and key[0] is not _FLAT and not LEAF_TYPES.issuperset(
+                map(type, leaves)) and traced(leaves):  # inside a JAX transformation
             return _traced_call(self, args, kwargs)
         entry = self._cache.get(key)
         if entry is None:
@@ -796,7 +797,6 @@ class JitFunction:
         # jax.Arrays that went to the program as they were at this signature's first call
         # with jax.Arrays do so again (the key holds their shapes and dtypes): no
         # per-argument tests
-        arrays = JAX_ARRAY_TYPES.issuperset(map(type, leaves))
         if as_is and arrays:
             return compiled.call_checked(leaves)
         results = compiled.call_leaves(leaves)
