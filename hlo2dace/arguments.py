@@ -75,8 +75,8 @@ class Results:
                        for aval in avals]
         self.concrete: dict[tuple[int, tuple], Any] = {}  # (leaf, shape) -> its aval
         #: every result's aval where each is an array put on the CPU device as it is (the
-        #: common case, ``wrap``'s one loop), else None
-        self._avals = [aval for _, aval in self.leaves] if shardings is None and not \
+        #: common case, ``wrap``'s one loop; results XLA may make, ``interop.py``), else None
+        self.plain_avals = [aval for _, aval in self.leaves] if shardings is None and not \
             polymorphic and all(aval is not None for _, aval in self.leaves) else None
         # looked up once: the imports and attribute lookups are on every call's path
         self._devices = [self.device]
@@ -101,11 +101,11 @@ class Results:
         return self._unflatten(self.tree, list(leaves))
 
     def wrap(self, arrays: Sequence[np.ndarray]):
-        if self._avals is None:
+        if self.plain_avals is None:
             return self._wrap_each(arrays)
         put, sharding, devices = self._put, self.sharding, self._devices
         results = [put(aval, sharding, [array], devices, False, False)
-                   for aval, array in zip(self._avals, arrays)]
+                   for aval, array in zip(self.plain_avals, arrays)]
         return results[0] if self._one_leaf else self._unflatten(self.tree, results)
 
     def _wrap_each(self, arrays: Sequence[np.ndarray]):

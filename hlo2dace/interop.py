@@ -17,6 +17,10 @@ function that hlo2dace lowers and compiles in turn:
 - evaluation outside any ``jit`` (eager ``grad``, ``vmap``): the same FFI call, compiled
   by XLA for the primitive alone; without the handler, the program called directly.
 
+An ``hlo2dace.jit`` function called on jax.Arrays again, outside any trace, runs its
+program as the same FFI call compiled by XLA alone (``xla_executable``): XLA makes all the
+results, where making each NumPy result a ``jax.Array`` cost a jaxlib call.
+
 Programs, traces and transformed functions are made once per function and signature.
 """
 
@@ -72,8 +76,9 @@ def _counted() -> None:
 
 def calls() -> int:
     """How many times this process ran a compiled program for a traced call (through XLA's
-    FFI, a callback, or eager evaluation of a transformation): a test that expects DaCe
-    code under a trace sees this grow, where a silent fallback to XLA would not."""
+    FFI, a callback, or eager evaluation of a transformation) or through ``xla_executable``:
+    a test that expects DaCe code under a trace sees this grow, where a silent fallback to
+    XLA would not."""
     library = ffi_library()
     return _python_calls + (library.h2d_ffi_calls() if library is not None else 0)
 
@@ -346,6 +351,37 @@ def _lowering(ctx, *operands, fn: Function):
                 constants=np.asarray(constants, np.int64))
 
 
+def xla_executable(program: runtime.Program, results: arguments.Results,
+                   leaves: Sequence[Any]) -> Any:
+    """``program``'s FFI call on arrays like ``leaves`` compiled by XLA alone, for
+    ``hlo2dace.jit``'s calls with jax.Arrays: XLA makes their results. None for one result
+    (jaxlib wraps it faster than XLA starts a call), without the handler, where XLA stores
+    an array otherwise (``_ffi_ready``), for a program whose thread count is tuned per call
+    (a direct call's), for results that are not plain arrays on the CPU device
+    (``Results.plain_avals``: shardings, keys, symbolic sizes) and where jax.Arrays may
+    live on another device than the one CPU device."""
+    avals = results.plain_avals
+    if avals is None or len(avals) < 2 or program.threads is not None or not _ffi_ready(program) \
+            or jax.default_backend() != "cpu" or jax.device_count() != 1 \
+            or ffi_library() is None:
+        return None
+    entry = program.c_entry()
+    if entry is None or len(entry[2]) > MAX_POINTERS:
+        return None
+    address, handle, slots, constants = entry
+    call = jax.ffi.ffi_call(TARGET, [jax.ShapeDtypeStruct(a.shape, a.dtype,
+                                                          weak_type=a.weak_type)
+                                     for a in avals])
+    attributes = dict(session=np.int64(_SESSION), entry=np.int64(address),
+                      handle=np.int64(handle), slots=np.asarray(slots, np.int64),
+                      constants=np.asarray(constants, np.int64))
+    # lowered for avals alone, as the direct call's results are uncommitted whatever the
+    # arguments' placement
+    return jax.jit(lambda *arrays: call(*arrays, **attributes), keep_unused=True).lower(
+        *(jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type) for a in
+          (leaf.aval for leaf in leaves))).compile()
+
+
 def _in_place_pairs(program: runtime.Program, donated: Sequence[int]) -> dict[int, int]:
     """Donated argument -> a result of its shape and type that the program writes where it
     reads the argument (``Program.in_place``), as XLA pairs donations: the first such
@@ -469,3 +505,4 @@ ad.primitive_transposes[call_p] = _transpose
 batching.primitive_batchers[call_p] = _batch
 mlir.register_lowering(call_p, _lowering, platform="cpu")
 api.handle_traced_calls(traced_call)
+api.handle_xla_calls(xla_executable)

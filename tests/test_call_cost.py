@@ -1,9 +1,12 @@
 """What the cheap call path of ``hlo2dace.jit`` must keep (issue 47): after a signature's
-first call, jax.Array arguments skip the per-argument tests and results are wrapped in one
-loop, yet every call returns jax.Arrays as ``jax.jit``'s (dtype, shape, sharding, weak type,
-pytree), never memory a later call writes, and anything else still goes the checked way."""
+first call, jax.Array arguments skip the per-argument tests and the program runs as XLA's
+FFI call (or its results are wrapped in one loop), yet every call returns jax.Arrays as
+``jax.jit``'s (dtype, shape, sharding, weak type, pytree), never memory a later call
+writes, and anything else still goes the checked way."""
 
 from __future__ import annotations
+
+import threading
 
 import jax
 import jax.numpy as jnp
@@ -11,7 +14,7 @@ import numpy as np
 import pytest
 
 import hlo2dace
-from hlo2dace import runtime
+from hlo2dace import interop, runtime
 from hlo2dace.errors import ArgumentError
 
 
@@ -148,3 +151,107 @@ def test_a_compiled_function_gives_jax_jits_results_on_every_call():
         _assert_like_jax_jit(compiled(tree), jax.jit(_ten_leaves)(tree))
     with pytest.raises(ArgumentError, match="structured as"):
         compiled({"k0": jnp.zeros(3, jnp.float32)})
+
+
+def _mixed(offset: int):
+    """Twelve leaves of ten dtypes (16-bit floats are converted: a program takes them as
+    bits, so their arguments are never passed as they are)."""
+    dtypes = [jnp.float32, jnp.float64, jnp.int32, jnp.int8, jnp.uint16, jnp.bool_,
+              jnp.float32, jnp.int16, jnp.complex64, jnp.int64, jnp.uint8, jnp.complex128]
+    return {f"k{i:02d}": jnp.full((2, i + 1), offset + i, dtype)
+            for i, dtype in enumerate(dtypes)}
+
+
+def _mixed_step(d):
+    """Doubled leaves, 16-bit floats, a 0-d sum and weakly typed constants as results."""
+    return {k: v + v if v.dtype != jnp.bool_ else ~v for k, v in d.items()}, \
+        [jnp.sum(d["k00"]), 1.0, 2, d["k02"] * 2, d["k06"].astype(jnp.float16),
+         d["k06"].astype(jnp.bfloat16)]
+
+
+def test_repeated_calls_with_jax_arrays_run_through_xla_as_jax_jit_returns():
+    """From a signature's second call with jax.Arrays the program runs as XLA's FFI call,
+    whose results XLA makes: still jax.jit's dtypes, shapes, weak types and pytree, for a
+    dozen leaves of as many dtypes."""
+    fun = hlo2dace.jit(_mixed_step)
+    expected_fun = jax.jit(_mixed_step)
+    fun(_mixed(0))
+    before = interop.calls()
+    for offset in range(1, 4):
+        tree = _mixed(offset)
+        _assert_like_jax_jit(fun(tree), expected_fun(tree))
+    assert interop.calls() - before == 3  # each run by XLA's FFI call
+
+
+def test_results_through_xla_are_fresh_and_chained_calls_wait_for_their_arguments():
+    """A result XLA makes is the caller's: a later call neither writes it nor hands out its
+    buffer again, also when the later call takes it as its argument (made by XLA, read
+    by the program inside XLA) or returns an argument unchanged."""
+    fun = hlo2dace.jit(lambda x, y: (x * 2.0, y, x + y))
+    x, y = jnp.arange(5.0), jnp.ones(5)
+    kept = [fun(x, y) for _ in range(3)]
+    values = [[np.array(a) for a in results] for results in kept]
+    chained = kept[-1]
+    for _ in range(5):
+        chained = fun(chained[0], chained[2])
+    np.testing.assert_array_equal(np.asarray(chained[0]), np.arange(5.0) * 64.0)
+    pointers = {a.unsafe_buffer_pointer() for results in kept for a in results}
+    assert len(pointers) == 9 and y.unsafe_buffer_pointer() not in pointers
+    for results, copies in zip(kept, values):
+        for a, copy in zip(results, copies):
+            np.testing.assert_array_equal(np.asarray(a), copy)
+
+
+def test_committed_arguments_give_what_the_first_call_gave_on_every_call():
+    """Results are uncommitted, on XLA's way as on the direct one (the first call's)."""
+    fun = hlo2dace.jit(lambda x: (x - 1.0, x * x))
+    x = jax.device_put(jnp.arange(3.0), jax.devices("cpu")[0])
+    first = fun(x)
+    for _ in range(3):
+        _assert_like_jax_jit(fun(x), first)
+    assert not first[0].committed and first[0].sharding == x.sharding
+
+
+def test_a_call_with_concrete_arrays_under_a_trace_stays_concrete():
+    """Inside a function JAX traces, a call on arrays it closes over runs there and then, as
+    before the call went through XLA: the trace sees a constant, not an FFI call."""
+    fun = hlo2dace.jit(lambda x: (x * 3.0, x))
+    x = jnp.arange(4.0)
+    fun(x), fun(x)
+    seen = []
+
+    def traced(y):
+        result, _ = fun(x)
+        seen.append(isinstance(result, jax.core.Tracer))
+        return result + y
+
+    np.testing.assert_array_equal(np.asarray(jax.jit(traced)(1.0)), np.arange(4.0) * 3.0 + 1.0)
+    assert seen == [False]
+
+
+def test_threads_calling_through_xla_and_directly_share_the_program_one_at_a_time():
+    """NumPy arguments call the program directly, jax.Arrays through XLA: both hold the
+    program's lock, so calls from many threads never overlap in its state (the sort's and
+    the scan's buffers, allocated once per program: without the lock on XLA's way this
+    fails on one core)."""
+    fun = hlo2dace.jit(lambda x: (jnp.cumsum(jnp.sort(x)[::-1]) * 2.0, jnp.sum(x * x)))
+    data = [np.arange(k, k + (1 << 17), dtype=np.float64) for k in range(8)]
+    expected = [(np.cumsum(np.sort(d)[::-1]) * 2.0, np.sum(d * d)) for d in data]
+    fun(jnp.asarray(data[0])), fun(jnp.asarray(data[0]))
+    errors = []
+
+    def work(k: int) -> None:
+        for n in range(30):
+            arg = data[(k + n) % 8]
+            got = fun(jnp.asarray(arg) if (k + n) % 2 else arg)
+            want = expected[(k + n) % 8]
+            if not (np.array_equal(np.asarray(got[0]), want[0])
+                    and np.isclose(float(got[1]), want[1], rtol=1e-12)):
+                errors.append(k)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []

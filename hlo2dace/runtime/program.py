@@ -182,6 +182,16 @@ class Program:
             return outputs
         return [spec.from_storage(out) for spec, out in zip(self.results, outputs)]
 
+    def call_executable(self, executable: Any, inputs: Sequence[Any]) -> list[Any]:
+        """The program run by ``executable``, XLA's executable of its FFI call
+        (``interop.py``), on ``inputs``: its results as XLA returns them. Under the call lock
+        and finished before it is released, like a direct call: XLA runs the call on its own
+        thread, and the program's state takes one call at a time."""
+        with self._call_lock:
+            outputs = executable(*inputs)
+            outputs[0].block_until_ready()  # written by the call: ready once it returned
+        return outputs
+
     def _run(self, inputs: list, outputs: list, symbols: Sequence[int] = ()) -> None:
         """Run the program on ``inputs`` and ``outputs`` (storage layout) with the
         symbols' values ``symbols``."""
