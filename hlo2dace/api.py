@@ -11,6 +11,7 @@ import copy
 import dataclasses
 import functools
 import threading
+import time
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -393,8 +394,10 @@ class Compiled:
         #: (False); None for a module compiled once per argument shape, when called
         self.built = built
         #: XLA's executable that runs the program on jax.Arrays (``_xla_executable``), made
-        #: at the first ``call_checked``; False where there is none
+        #: once the direct calls' results have cost ``xla_call_after_s``; False where there
+        #: is none
         self._executable: Any = None
+        self._making_results_s = 0.0
 
     @property
     def folder(self):
@@ -447,20 +450,30 @@ class Compiled:
 
     def call_checked(self, leaves: Sequence[Any]):
         """``call_leaves`` on leaves like those ``takes_as_is`` accepted: through XLA's
-        executable of the program where there is one (made at the first such call, a
-        signature's second with jax.Arrays), as XLA makes all the results in one call from
-        C++ where each NumPy result made a ``jax.Array`` costs a ``batched_device_put``
-        of about 3 us."""
+        executable of the program where there is one, as XLA makes all the results in one
+        call from C++ where each NumPy result made a ``jax.Array`` costs a
+        ``batched_device_put`` of about 3 us. The executable is made once the direct calls
+        have spent as long making results as making it takes (``xla_call_after_s``): a
+        loop of a few calls never pays a compile its calls would not earn back, a long
+        one pays at most twice what it would have paid knowing its length."""
+        global xla_call_after_s
         results, executable = self.lowered.results, self._executable
-        if executable is None:
+        if executable is None and self._making_results_s >= xla_call_after_s:
+            start = time.perf_counter()
             executable = self._executable = _xla_executable(
                 self.program, results, leaves) or False
+            if executable:
+                xla_call_after_s = time.perf_counter() - start
         if executable:
             try:
                 return results.unflatten(self.program.call_executable(executable, leaves))
             except RuntimeError:  # a deleted argument: the direct call says which
                 pass
-        return results.wrap(self.program.call_checked(leaves))
+        outputs = self.program.call_checked(leaves)
+        start = time.perf_counter()
+        wrapped = results.wrap(outputs)
+        self._making_results_s += time.perf_counter() - start
+        return wrapped
 
     def _call_sharded(self, leaves: Sequence[Any]):
         """A call as one rank of an MPI job: this rank's shards in, its results out, as
@@ -618,6 +631,11 @@ _FLAT = "arrays"
 def _traced_call(jitted: JitFunction, args, kwargs):
     raise Hlo2DaceError("hlo2dace.interop was not imported: an hlo2dace.jit function "
                         "cannot run under a JAX transformation without it")
+
+
+#: seconds of making results one at a time after which a signature's calls with jax.Arrays
+#: run as XLA's executable: what making the last one took (about 25 ms on a 2-core Zen 4)
+xla_call_after_s = 0.025
 
 
 def _xla_executable(program: runtime.Program, results: Results, leaves: Sequence[Any]):

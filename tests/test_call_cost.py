@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import hlo2dace
-from hlo2dace import interop, runtime
+from hlo2dace import api, interop, runtime
 from hlo2dace.errors import ArgumentError
 
 
@@ -153,6 +153,28 @@ def test_a_compiled_function_gives_jax_jits_results_on_every_call():
         compiled({"k0": jnp.zeros(3, jnp.float32)})
 
 
+@pytest.fixture
+def through_xla(monkeypatch):
+    """A signature's calls with jax.Arrays run through XLA from its second on."""
+    monkeypatch.setattr(api, "xla_call_after_s", 0.0)
+
+
+def test_calls_go_through_xla_once_making_results_cost_what_compiling_does(monkeypatch):
+    """Direct calls until making their results has cost ``xla_call_after_s`` (what
+    compiling XLA's executable costs), XLA's from then on."""
+    fun = hlo2dace.jit(lambda x: (x + 1.0, x * 2.0))
+    x = jnp.arange(3.0)
+    monkeypatch.setattr(api, "xla_call_after_s", 3600.0)
+    before = interop.calls()
+    for _ in range(20):
+        fun(x)
+    assert interop.calls() == before
+    monkeypatch.setattr(api, "xla_call_after_s", 0.0)
+    fun(x), fun(x)
+    assert interop.calls() == before + 2
+    assert 0.0 < api.xla_call_after_s < 60.0  # what making the executable took
+
+
 def _mixed(offset: int):
     """Twelve leaves of ten dtypes (16-bit floats are converted: a program takes them as
     bits, so their arguments are never passed as they are)."""
@@ -169,7 +191,7 @@ def _mixed_step(d):
          d["k06"].astype(jnp.bfloat16)]
 
 
-def test_repeated_calls_with_jax_arrays_run_through_xla_as_jax_jit_returns():
+def test_repeated_calls_with_jax_arrays_run_through_xla_as_jax_jit_returns(through_xla):
     """From a signature's second call with jax.Arrays the program runs as XLA's FFI call,
     whose results XLA makes: still jax.jit's dtypes, shapes, weak types and pytree, for a
     dozen leaves of as many dtypes."""
@@ -183,7 +205,7 @@ def test_repeated_calls_with_jax_arrays_run_through_xla_as_jax_jit_returns():
     assert interop.calls() - before == 3  # each run by XLA's FFI call
 
 
-def test_results_through_xla_are_fresh_and_chained_calls_wait_for_their_arguments():
+def test_results_through_xla_are_fresh_and_chained_calls_wait_for_their_arguments(through_xla):
     """A result XLA makes is the caller's: a later call neither writes it nor hands out its
     buffer again, also when the later call takes it as its argument (made by XLA, read
     by the program inside XLA) or returns an argument unchanged."""
@@ -202,7 +224,7 @@ def test_results_through_xla_are_fresh_and_chained_calls_wait_for_their_argument
             np.testing.assert_array_equal(np.asarray(a), copy)
 
 
-def test_committed_arguments_give_what_the_first_call_gave_on_every_call():
+def test_committed_arguments_give_what_the_first_call_gave_on_every_call(through_xla):
     """Results are uncommitted, on XLA's way as on the direct one (the first call's)."""
     fun = hlo2dace.jit(lambda x: (x - 1.0, x * x))
     x = jax.device_put(jnp.arange(3.0), jax.devices("cpu")[0])
@@ -212,7 +234,7 @@ def test_committed_arguments_give_what_the_first_call_gave_on_every_call():
     assert not first[0].committed and first[0].sharding == x.sharding
 
 
-def test_a_call_with_concrete_arrays_under_a_trace_stays_concrete():
+def test_a_call_with_concrete_arrays_under_a_trace_stays_concrete(through_xla):
     """Inside a function JAX traces, a call on arrays it closes over runs there and then, as
     before the call went through XLA: the trace sees a constant, not an FFI call."""
     fun = hlo2dace.jit(lambda x: (x * 3.0, x))
@@ -229,7 +251,7 @@ def test_a_call_with_concrete_arrays_under_a_trace_stays_concrete():
     assert seen == [False]
 
 
-def test_threads_calling_through_xla_and_directly_share_the_program_one_at_a_time():
+def test_threads_calling_through_xla_and_directly_share_the_program_one_at_a_time(through_xla):
     """NumPy arguments call the program directly, jax.Arrays through XLA: both hold the
     program's lock, so calls from many threads never overlap in its state (the sort's and
     the scan's buffers, allocated once per program: without the lock on XLA's way this
