@@ -15,15 +15,18 @@ are reported but do not fail.
 
 from __future__ import annotations
 
+import bisect
 import copy
+import os
 import re
 import shlex
 import subprocess
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Container, Iterable, Sequence
 
 from . import cuda_toolchain, prelude
 
@@ -158,41 +161,97 @@ def unity_source(sources: Sequence[tuple[str, str]]) -> str:
     return "\n".join([*includes, "#undef DACE_EXPORTED", "#define DACE_EXPORTED", *bodies])
 
 
-def _compile_together(units: list[tuple[CheckResult, Path, list[str]]], suffix: str,
+def _compile_together(units: list[tuple[CheckResult, Path, list[str]]], unity: Path,
                       folder: Path, archs: Sequence[str]) -> None:
-    """Compile the files ``units`` (result, path, include folders) as one
-    (``unity_source``); where that fails, each on its own, to tell whose code failed."""
-    if not units:
-        return
+    """Compile the files ``units`` (result, path, include folders) as one, ``unity``
+    (``unity_source``). Where that fails, each diagnostic in a program's lines of the
+    unity file is that program's; if one lies elsewhere (a helper's header), each half of
+    the units again, down to a file on its own, to tell whose code failed."""
     start = time.perf_counter()
-    unity = folder / f"unity{suffix}"
-    unity.write_text(unity_source([(r.name, _absolute_includes(f.read_text(), f))
-                                   for r, f, _ in units]))
+    source = unity_source([(r.name, _absolute_includes(f.read_text(), f)) for r, f, _ in units])
+    unity.write_text(source)
     includes = list(dict.fromkeys(d for _, _, i in units for d in i))
     output, status = _run(_command(unity, includes, archs))
     errors, warnings = _diagnostics(output, folder)
+    share = (time.perf_counter() - start) / len(units)
+    for result, _, _ in units:
+        result.output += output
+        result.seconds += share
     if status == 0 and not errors and not warnings:
-        share = (time.perf_counter() - start) / len(units)
-        for result, _, _ in units:
-            result.output += output
-            result.seconds += share
         return
-    for result, path, own in units:
+    blamed = _blame(errors + warnings, unity, source, [r for r, _, _ in units]) \
+        if errors or status == 0 else None
+    if blamed is not None:
+        for result, path, _ in units:
+            result.errors += [f"{path.name}: {e}" for e in errors if blamed[e] is result]
+            result.warnings += [f"{path.name}: {w}" for w in warnings if blamed[w] is result]
+        return
+    if len(units) == 1:
+        result, path, own = units[0]
         start = time.perf_counter()
         _compiled(result, path, _run(_command(path, own, archs)), folder)
         result.seconds += time.perf_counter() - start
+        return
+    half = len(units) // 2
+    _compile_together(units[:half], unity.with_stem(f"{unity.stem}a"), folder, archs)
+    _compile_together(units[half:], unity.with_stem(f"{unity.stem}b"), folder, archs)
+
+
+def _blame(diagnostics: list[str], unity: Path, source: str,
+           results: list[CheckResult]) -> dict[str, CheckResult] | None:
+    """Each diagnostic's program, by the lines of the unity file ``source`` its namespace
+    spans; None if a diagnostic lies elsewhere (another file, the includes)."""
+    starts = {line: k for k, line in enumerate(source.splitlines(), 1)}
+    firsts = [starts[f"namespace h2d_check_{r.name} {{"] for r in results]
+    blamed = {}
+    for diagnostic in diagnostics:
+        match = _DIAGNOSTIC.match(diagnostic)
+        if Path(match["file"]) != unity:
+            return None
+        line = int(match["line"] or match["gline"])
+        if line < firsts[0]:
+            return None
+        blamed[diagnostic] = results[bisect.bisect_right(firsts, line) - 1]
+    return blamed
+
+
+def _split(units: list, parts: int) -> list[list]:
+    """``units`` in up to ``parts`` lists of about the same size of code, a program's
+    files in one list (its namespace once in a unity file)."""
+    programs: dict[str, list] = {}
+    for unit in units:
+        programs.setdefault(unit[0].name, []).append(unit)
+    lists: list[list] = [[] for _ in range(min(parts, len(programs)))]
+    sizes = [0] * len(lists)
+    for files in sorted(programs.values(), key=lambda f: -sum(u[1].stat().st_size for u in f)):
+        smallest = sizes.index(min(sizes))
+        lists[smallest] += files
+        sizes[smallest] += sum(u[1].stat().st_size for u in files)
+    return lists
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity, which ``taskset`` narrows)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def check(sdfgs: Iterable, archs: Sequence[str] = cuda_toolchain.DEFAULT_ARCHS,
-          folder: Path | None = None) -> list[CheckResult]:
+          folder: Path | None = None, every_arch: Container[str] | None = None,
+          jobs: int | None = None) -> list[CheckResult]:
     """Generate and compile each of ``sdfgs`` (cuda-target SDFGs, of distinct names) for
-    ``archs``; one result per SDFG, in order. The CUDA files of all of them are compiled
-    as one, and so are their host files (``_compile_together``). ``folder``: where the
-    files go (default: a temporary one, removed after)."""
+    ``archs``; one result per SDFG, in order. ``every_arch``: the names of the SDFGs whose
+    CUDA files are compiled for every arch, the others' for ``archs[0]`` only (default:
+    all for every arch): each arch runs nvcc's back end again, and an older one's errors
+    are rare. The files of a kind are compiled as up to ``jobs`` unity files (default: the
+    usable CPUs), by as many compilers at once (``_compile_together``). ``folder``: where
+    the files go (default: a temporary one, removed after)."""
     cuda_toolchain.require("the CUDA compile check")
     if folder is None:
         with tempfile.TemporaryDirectory(prefix="h2d_cuda_check_") as temporary:
-            return check(sdfgs, archs, Path(temporary))
+            return check(sdfgs, archs, Path(temporary), every_arch, jobs)
+    jobs = jobs or usable_cpus()
     results, units = [], []
     for sdfg in sdfgs:
         start = time.perf_counter()
@@ -206,8 +265,19 @@ def check(sdfgs: Iterable, archs: Sequence[str] = cuda_toolchain.DEFAULT_ARCHS,
         result.files = [str(f) for f in files]
         units += [(result, f, includes) for f in files]
         result.seconds = time.perf_counter() - start
-    for suffix in (".cpp", ".cu"):
-        _compile_together([u for u in units if u[1].suffix == suffix], suffix, folder, archs)
+    def everywhere(unit) -> bool:
+        return every_arch is None or unit[0].name in every_arch
+
+    kernels = [u for u in units if u[1].suffix == ".cu"]
+    batches = [(group, archs) for group in
+               _split([u for u in units if u[1].suffix == ".cpp"], jobs)]
+    batches += [(group, archs[:1]) for group in
+                _split([u for u in kernels if not everywhere(u)], jobs)]
+    batches += [(group, archs) for group in _split([u for u in kernels if everywhere(u)], jobs)]
+    with ThreadPoolExecutor(jobs) as pool:
+        list(pool.map(lambda args: _compile_together(*args), [
+            (group, folder / f"unity{k}{group[0][1].suffix}", folder, group_archs)
+            for k, (group, group_archs) in enumerate(batches)]))
     return results
 
 

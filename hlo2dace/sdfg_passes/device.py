@@ -102,6 +102,20 @@ def check_device_code(sdfg: dace.SDFG) -> None:
                                [supported] if supported else list(DEVICE_SUPPORT))
 
 
+def unaccessed_arrays_on_the_host(sdfg: dace.SDFG) -> None:
+    """Give a persistent transient that no access node reads or writes (an empty index
+    array of a scatter whose indices are all static) the host's heap as its storage: DaCe's
+    code generation gives such an array of the default storage a register, which its
+    validation refuses for a persistent one."""
+    for nested in sdfg.all_sdfgs_recursive():
+        accessed = {n.data for state in nested.states() for n in state.data_nodes()}
+        for name, array in nested.arrays.items():
+            if array.transient and name not in accessed \
+                    and array.lifetime == dace.AllocationLifetime.Persistent \
+                    and array.storage == dace.StorageType.Default:
+                array.storage = dace.StorageType.CPU_Heap
+
+
 def helpers_for_device(sdfg: dace.SDFG) -> None:
     """The CUDA file includes the helpers its kernels call, as the C++ files do (those
     through the precompiled prelude and the ``#include "h2d/..."`` lines of the frame's
@@ -122,6 +136,7 @@ def to_device(sdfg: dace.SDFG, context: PassContext) -> None:
     ``translate/library.py``)."""
     check_device_code(sdfg)
     helpers_for_device(sdfg)
+    unaccessed_arrays_on_the_host(sdfg)
     loop_counters_as_symbols(sdfg)
     # without DaCe's simplify, which the CPU target does not run either (its dead
     # dataflow elimination fails on hlo2dace's tasklets without outputs)

@@ -460,10 +460,12 @@ def scatter(b: Builder, op: ir.Op) -> list[Binding]:
         else:
             for d in looped_window:
                 innermost = d == looped_window[-1]
-                if innermost and update_shape[d] * elements[0].storage_numpy.itemsize \
+                if innermost and b.target == registry.DEFAULT_TARGET and \
+                        update_shape[d] * elements[0].storage_numpy.itemsize \
                         >= b.machine.vector_bytes:
                     # GCC unrolls a short loop completely and then leaves the rows scalar
-                    # (a segment sum's rows of 16 floats), instead of vectorising the loop
+                    # (a segment sum's rows of 16 floats), instead of vectorising the loop;
+                    # nvcc knows no GCC pragma (a warning in a kernel)
                     code.line("#pragma GCC unroll 1")
                 nest.enter_context(code.loops(Loop(f"__u{d}", "0", str(update_shape[d])),
                                               scalar=not innermost))
