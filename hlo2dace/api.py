@@ -470,6 +470,8 @@ class Compiled:
             except RuntimeError:  # a deleted argument: the direct call says which
                 pass
         outputs = self.program.call_checked(leaves)
+        if executable is False:  # decided: direct calls only, nothing more to count
+            return results.wrap(outputs)
         start = time.perf_counter()
         wrapped = results.wrap(outputs)
         self._making_results_s += time.perf_counter() - start
