@@ -1,6 +1,7 @@
 """Peak memory of a call beside its time (issue 47): pyhpc-benchmarks' equation_of_state,
-isoneutral_mixing and turbulent_kinetic_energy through ``jax.jit``, ``hlo2dace.jit`` and
-``hlo2dace.jit`` without the ``reuse_transients`` pass, on one thread.
+isoneutral_mixing and turbulent_kinetic_energy through ``jax.jit``, ``hlo2dace.jit``, and
+``hlo2dace.jit`` without the ``transient_arena`` pass and without it and
+``reuse_transients``, on one thread.
 
     python bench/memory.py --pyhpc PATH/TO/pyhpc-benchmarks [--size 1048576]
 
@@ -29,7 +30,8 @@ BENCHMARKS = {  # name -> (module prefix, JAX entry point)
     "turbulent_kinetic_energy": ("tke", "integrate_tke"),
 }
 #: backend -> the passes switched off (None: XLA)
-BACKENDS = {"xla": None, "hlo2dace": (), "hlo2dace, no reuse_transients": ("reuse_transients",)}
+BACKENDS = {"xla": None, "hlo2dace": (), "hlo2dace, no transient_arena": ("transient_arena",),
+            "hlo2dace, no sharing": ("reuse_transients", "transient_arena")}
 
 
 def _program(checkout: Path, name: str, size: int):

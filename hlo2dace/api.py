@@ -41,6 +41,7 @@ from .machine import Machine
 from .pipeline import Options
 from .printer import module_text
 from .progress import collector_paused, stage
+from .sdfg_passes import buffers
 
 
 @functools.lru_cache(maxsize=1)
@@ -544,8 +545,20 @@ class Compiled:
             argument_size_in_bytes=total(program.arguments),
             output_size_in_bytes=total(program.results),
             alias_size_in_bytes=total([program.results[j] for j in sorted(aliased)]),
-            temp_size_in_bytes=costs.transient_bytes(sdfg),
+            temp_size_in_bytes=self._transient_bytes(sdfg),
             constant_size_in_bytes=sum(int(np.asarray(c).nbytes) for c in constants.values()))
+
+
+    def _transient_bytes(self, sdfg: Any) -> int | str:
+        """The bytes of ``sdfg``'s transients as the program allocates them: those that
+        the ``transient_arena`` pass places in one allocation counted as that
+        allocation's bytes."""
+        total = costs.transient_bytes(sdfg)
+        if "transient_arena" not in self.lowered.pipeline.code_passes \
+                or not isinstance(total, int):
+            return total
+        arena = buffers.arena_layout(sdfg)
+        return total if arena is None else total - arena.apart + arena.size
 
 
 def _argument(leaf: Any, spec: runtime.TensorSpec, dtype: np.dtype, info: Any) -> Any:

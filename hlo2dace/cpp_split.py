@@ -429,6 +429,45 @@ def restrict_state_pointers(code: str, functions: list[str]) -> str:
     return "".join(rewritten) + code[done:]
 
 
+#: the state's field for the one allocation that ``place_in_arena`` places arrays in
+ARENA_FIELD = "h2d_arena"
+
+
+def place_in_arena(code: str, offsets: dict[str, int], size: int) -> str:
+    """``code`` with the state's array fields ``offsets`` names pointed at those byte
+    offsets of one allocation of ``size`` bytes (``ARENA_FIELD``), made and freed where
+    DaCe makes and frees each of them (``__dace_init``, ``__dace_exit``). A field whose
+    allocation or release is not DaCe's usual line keeps its own array; ``code`` stays as
+    it is where fewer than two fields are found."""
+    placed = {}
+    for field, offset in offsets.items():
+        made = re.compile(rf"__state->{field} = dace::aligned_new_array<([\w:<> ]+)>"
+                          rf"\(\d+, {_ALIGNMENT}\);")
+        freed = f"dace::aligned_delete_array(__state->{field}, {_ALIGNMENT});"
+        if len(made.findall(code)) == 1 and code.count(freed) == 1:
+            placed[field] = (made, freed, offset)
+    struct = _STATE_STRUCT.search(code)
+    if len(placed) < 2 or struct is None:
+        return code
+    field_at = struct.start(1)
+    code = f"{code[:field_at]}\n    char * {ARENA_FIELD};{code[field_at:]}"
+    earliest = min(placed, key=lambda field: placed[field][0].search(code).start())
+    for field, (made, freed, offset) in placed.items():
+        first = field == earliest
+        arena = (f"__state->{ARENA_FIELD} = dace::aligned_new_array<char>({size}, "
+                 f"{_ALIGNMENT});\n    ") if first else ""
+        at = made.search(code)
+        code = (f"{code[:at.start()]}{arena}__state->{field} = reinterpret_cast<{at.group(1)} *>"
+                f"(__state->{ARENA_FIELD} + {offset});{code[at.end():]}")
+        code = code.replace(freed, f"dace::aligned_delete_array(__state->{ARENA_FIELD}, "
+                            f"{_ALIGNMENT});" if first else "")
+    return code
+
+
+#: the alignment DaCe allocates the program's arrays with
+_ALIGNMENT = 64
+
+
 def _local(local: str, pointer: str, source: str, indexed_only: bool) -> str:
     """The restricted local ``local`` through which a function reaches the array
     ``source``: of the array's type, or for an array of ``bool`` that the function only

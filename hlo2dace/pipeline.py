@@ -91,6 +91,9 @@ def cpu_passes(level: Level) -> list[Pass]:
     # code: DaCe's C++ (what no SDFG property says)
     add("outline_repeated_maps", "code", CODE_PASSES["outline_repeated_maps"],
         "map scopes that repeat compiled once, as functions")
+    add("transient_arena", "code", CODE_PASSES["transient_arena"],
+        "arrays never live at once share the bytes of one allocation (largest first, as "
+        "XLA's heap simulator)")
     add("independent_loops", "code", CODE_PASSES["independent_loops"],
         "#pragma GCC ivdep on loops whose iterations are independent")
     add("restrict_state_pointers", "code", CODE_PASSES["restrict_state_pointers"],

@@ -28,6 +28,7 @@ from typing import Any, Sequence
 from . import cpp_split, sdfg_repeats
 from .errors import CompilationError
 from .progress import stage
+from .sdfg_passes import buffers
 
 #: ``1`` validates every SDFG before its code is generated (the test suite sets it)
 VALIDATE_OPTION = "HLO2DACE_VALIDATE"
@@ -48,9 +49,33 @@ def outline_repeated_maps(sdfg: Any) -> list[str]:
     return _outline_repeats(sdfg)
 
 
+def transient_arena(sdfg: Any) -> buffers.Arena | None:
+    """The program's arrays that are never live at once placed in one allocation, where
+    they share bytes (``buffers.arena_layout``), with the compiler barriers that order
+    each reuse (``buffers.order_reuses``); the C++ is rewritten by
+    ``cpp_split.place_in_arena``. Run on the SDFG as it is compiled, after every
+    transformation, so that no transformation sees arrays that share memory, and with
+    its library nodes expanded first, as code generation expands them (steps in DaCe's
+    order, ``codegen.generate_code``): a barrier is ordered by edges, and a library
+    node's expansion takes no edge it does not expect."""
+    from dace.sdfg import infer_types
+    from dace.transformation.passes.insert_explicit_copies import InsertExplicitCopies
+
+    infer_types.infer_connector_types(sdfg)
+    infer_types.set_default_schedule_and_storage_types(sdfg, None)
+    InsertExplicitCopies().apply_pass(sdfg, {})
+    infer_types.infer_connector_types(sdfg)
+    sdfg.expand_library_nodes()
+    arena = buffers.arena_layout(sdfg)
+    if arena is not None:
+        buffers.order_reuses(sdfg, arena)
+    return arena
+
+
 #: the code stage's passes (``pipeline.py``), by name: what each does to the C++
 CODE_PASSES = {
     "outline_repeated_maps": outline_repeated_maps,
+    "transient_arena": transient_arena,
     "independent_loops": cpp_split.independent_loops,
     "restrict_state_pointers": cpp_split.restrict_state_pointers,
 }
@@ -75,11 +100,17 @@ def build(sdfg: Any, folder: Path, parts: int | None = None,
         sdfg.fill_scope_connectors()
         passes = frozenset(CODE_PASSES) if passes is None else passes
         functions = _outline_repeats(sdfg) if "outline_repeated_maps" in passes else []
+        arena = transient_arena(sdfg) if "transient_arena" in passes else None
         objects = codegen.generate_code(sdfg, validate=False)
         frame = next(o for o in objects if o.title == "Frame")
-        signature = signature_sdfg(sdfg, frame.clean_code)
+        code = frame.clean_code
+        if arena is not None:
+            code = cpp_split.place_in_arena(
+                code, {f"__{sdfg.cfg_id}_{name}": at for name, at in arena.offsets.items()},
+                arena.size)
+        signature = signature_sdfg(sdfg, code)
         split = cpp_split.program_files(
-            frame.clean_code, sdfg.name, parts, functions,
+            code, sdfg.name, parts, functions,
             independent="independent_loops" in passes,
             restrict="restrict_state_pointers" in passes)
         frame.code = first_line + split.main
