@@ -41,7 +41,7 @@ from .machine import Machine
 from .pipeline import Options
 from .printer import module_text
 from .progress import collector_paused, stage
-from .sdfg_passes import buffers
+from .sdfg_passes import liveness
 
 
 @functools.lru_cache(maxsize=1)
@@ -557,7 +557,7 @@ class Compiled:
         if "transient_arena" not in self.lowered.pipeline.code_passes \
                 or not isinstance(total, int):
             return total
-        arena = buffers.arena_layout(sdfg)
+        arena = liveness.arena_layout(sdfg)
         return total if arena is None else total - arena.apart + arena.size
 
 

@@ -28,7 +28,7 @@ from typing import Any, Sequence
 from . import cpp_split, sdfg_repeats
 from .errors import CompilationError
 from .progress import stage
-from .sdfg_passes import buffers
+from .sdfg_passes import liveness
 
 #: ``1`` validates every SDFG before its code is generated (the test suite sets it)
 VALIDATE_OPTION = "HLO2DACE_VALIDATE"
@@ -49,10 +49,10 @@ def outline_repeated_maps(sdfg: Any) -> list[str]:
     return _outline_repeats(sdfg)
 
 
-def transient_arena(sdfg: Any) -> buffers.Arena | None:
+def transient_arena(sdfg: Any) -> liveness.Arena | None:
     """The program's arrays that are never live at once placed in one allocation, where
-    they share bytes (``buffers.arena_layout``), with the compiler barriers that order
-    each reuse (``buffers.order_reuses``); the C++ is rewritten by
+    they share bytes (``liveness.arena_layout``), with the compiler barriers that order
+    each reuse (``liveness.order_reuses``); the C++ is rewritten by
     ``cpp_split.place_in_arena``. Run on the SDFG as it is compiled, after every
     transformation, so that no transformation sees arrays that share memory, and with
     its library nodes expanded first, as code generation expands them (steps in DaCe's
@@ -66,9 +66,9 @@ def transient_arena(sdfg: Any) -> buffers.Arena | None:
     InsertExplicitCopies().apply_pass(sdfg, {})
     infer_types.infer_connector_types(sdfg)
     sdfg.expand_library_nodes()
-    arena = buffers.arena_layout(sdfg)
+    arena = liveness.arena_layout(sdfg)
     if arena is not None:
-        buffers.order_reuses(sdfg, arena)
+        liveness.order_reuses(sdfg, arena)
     return arena
 
 

@@ -7,7 +7,7 @@ import numpy as np
 
 import hlo2dace
 from hlo2dace import cpp_split
-from hlo2dace.sdfg_passes import buffers
+from hlo2dace.sdfg_passes import liveness
 
 from pass_util import built_code, operands
 from util import assert_arrays_match
@@ -37,7 +37,7 @@ def _check(fun, *args, rtol=1e-9):
 
 def _layout(fun, *args):
     sdfg = hlo2dace.jit(fun).lower(*args).as_sdfg()
-    return sdfg, buffers.arena_layout(sdfg)
+    return sdfg, liveness.arena_layout(sdfg)
 
 
 def test_arrays_of_other_shapes_share_bytes():
@@ -47,9 +47,9 @@ def test_arrays_of_other_shapes_share_bytes():
     assert arena is not None and arena.size < arena.apart
     assert any(arena.reuses.values())
     code = built_code(_narrowing, *args)
-    assert cpp_split.ARENA_FIELD in code and buffers.BARRIER in code
+    assert cpp_split.ARENA_FIELD in code and liveness.BARRIER in code
     plain = built_code(_narrowing, *args, disable=["transient_arena"])
-    assert cpp_split.ARENA_FIELD not in plain and buffers.BARRIER not in plain
+    assert cpp_split.ARENA_FIELD not in plain and liveness.BARRIER not in plain
     analysed = hlo2dace.jit(_narrowing).lower(*args).compile().memory_analysis()
     without = hlo2dace.jit(_narrowing, disable_passes=("transient_arena",)).lower(
         *args).compile().memory_analysis()
@@ -86,8 +86,8 @@ def test_a_loop_between():
     x, y = operands((128, 128), (128, 96), dtype="float64")
     _check(_loop, x, y)
     sdfg, arena = _layout(_loop, x, y)
-    states, spans = buffers.program_order(sdfg)
-    live = buffers.lifetimes(sdfg, states, spans, (buffers.dace.AllocationLifetime.Persistent,))
+    states, spans = liveness.program_order(sdfg)
+    live = liveness.lifetimes(sdfg, states, spans, (liveness.dace.AllocationLifetime.Persistent,))
     for name, reused in (arena.reuses if arena else {}).items():
         for other in reused:  # no two arrays of one loop share bytes
             assert not (live[name].start <= live[other].end
