@@ -11,6 +11,7 @@ from jax import lax
 
 import hlo2dace
 
+from pass_util import code_of
 from util import (
     ALL_DTYPES,
     COMPLEX_DTYPES,
@@ -191,6 +192,49 @@ def test_guarded_window_loops_are_not_miscompiled(offset, dtype):
     x[...] = np.arange(42).reshape(7, 6)
     compiled = hlo2dace.jit(f, optimize="default").lower(x).compile()
     np.testing.assert_array_equal(compiled(x), np.asarray(jax.jit(f)(x)))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, ml_dtypes.bfloat16],
+                         ids=dtype_id)
+@pytest.mark.parametrize("offset", [0, 1, 3])
+def test_small_windows_written_out(offset, dtype):
+    """Windows of at most 16 elements that never reach padding (a CNN's VALID 2x2 and 3x3
+    pooling, strided or overlapping) are folded position by position, with no loop over
+    the window, so that the map's loop vectorises: XLA's results for arrays at several
+    offsets of a cache line, with -0.0 and infinities, and NaN propagated (the spec's
+    maximum; XLA's CPU backend drops NaN from a window's maximum). A 5x5 window keeps
+    its loops."""
+    floating = jnp.issubdtype(dtype, jnp.floating)
+    lowest = -np.inf if floating else np.iinfo(dtype).min
+    shape = (2, 12, 10, 5)
+    size = int(np.prod(shape))
+    buffer = np.zeros(size + 64, dtype)
+    start = (-buffer.ctypes.data // buffer.itemsize) % 8 + offset
+    x = buffer[start:start + size].reshape(shape)
+    x[...] = sample(dtype, shape, seed=offset)
+    if floating:
+        x[0, 0, 0, :2], x[1, 4, 5, 1], x[1, 7, 2, 3] = -0.0, -np.inf, np.inf
+
+    def pools(x):
+        init = jnp.array(lowest, x.dtype)
+        return {"max_2x2": lax.reduce_window(x, init, lax.max, (1, 2, 2, 1), (1, 2, 2, 1),
+                                             "VALID"),
+                "max_3x3": lax.reduce_window(x, init, lax.max, (1, 3, 3, 1), (1, 1, 2, 1),
+                                             "VALID"),
+                "sum_2x2": lax.reduce_window(x, jnp.zeros((), x.dtype), lax.add, (1, 2, 2, 1),
+                                             (1, 2, 2, 1), "VALID"),
+                "sum_5x5": lax.reduce_window(x, jnp.zeros((), x.dtype), lax.add, (1, 5, 5, 1),
+                                             (1, 1, 1, 1), "VALID")}
+
+    wide = np.dtype(dtype).itemsize >= 4
+    assert_matches_jax(pools, x, rtol=1e-6 if wide else 1e-2, atol=1e-6 if wide else 1e-2)
+    code = code_of(lambda x: pools(x)["max_2x2"], x)
+    assert "__w1" in code and "for (int64_t __w1" not in code
+    assert "for (int64_t __w1" in code_of(lambda x: pools(x)["sum_5x5"], x)
+    if floating:
+        x[1, 4, 5, 2] = np.nan
+        got = np.asarray(hlo2dace.jit(pools)(x)["max_2x2"])
+        assert np.isnan(got[1, 2, 2, 2])
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.uint8, np.int64,

@@ -24,6 +24,7 @@ bodies (argmax, arbitrary regions) keep the sequential order, which is always co
 from __future__ import annotations
 
 import contextlib
+import itertools
 from collections.abc import Sequence
 
 import numpy as np
@@ -75,6 +76,9 @@ BLOCK = 256
 #: accumulators a reduction with an exact identity folds a block into (two AVX-512 vectors
 #: of float, four of double; a divisor of BLOCK)
 LANES = 16
+#: windows of at most this many elements, with no position on padding or a hole, are
+#: folded position by position, written out, and the map's loop vectorises around them
+UNROLLED_WINDOW = 16
 #: innermost loops shorter than this fold in order: XLA does too, which matters for sums
 #: whose rounding depends on the order (cancelling huge values). The chunked path
 #: reorders anyway, and always uses lanes.
@@ -110,7 +114,7 @@ def _operand_reads(b: Builder, op: ir.Op, values: Sequence[ir.Value],
 def _accumulate(b: Builder, op: ir.Op, label: str, reads: Reads, loops: Sequence[Loop],
                 guard: str, starts: Sequence[Array | Literal], targets: Sequence[Array],
                 work_per_element: int, lanes: bool = False,
-                read_types: Sequence[ir.TensorType] | None = None) -> None:
+                read_types: Sequence[ir.TensorType] | None = None, unroll: bool = False) -> None:
     """One map over the ``targets``' shape: per element, accumulators start from
     ``starts``, the ``loops`` visit the elements ``reads`` gives (skipped where ``guard``
     is false), the reducer body (``op``'s first region) folds each into the accumulators,
@@ -132,7 +136,7 @@ def _accumulate(b: Builder, op: ir.Op, label: str, reads: Reads, loops: Sequence
     elements, results, inputs, body = _fold(b, op, targets, starts, read_types)
     code = _fold_code(op, (computed, expressions), loops, guard,
                       [element.load(f"__init{k}") for k, element in enumerate(results)],
-                      elements, results, body, lanes)
+                      elements, results, body, lanes, unroll)
     code.lines(f"__out{k} = {element.store(f'__acc{k}')};" for k, element in enumerate(results))
     b.emit.map(label, targets[0].type.shape, code.text(), {**arrays, **inputs},
                {f"__out{k}": Element(t) for k, t in enumerate(targets)}, work_per_element)
@@ -140,11 +144,14 @@ def _accumulate(b: Builder, op: ir.Op, label: str, reads: Reads, loops: Sequence
 
 def _fold_code(op: ir.Op, reads: tuple[list[str], list[str]], loops: Sequence[Loop],
                guard: str, starts: Sequence[str], elements: Sequence, results: Sequence,
-               body: Sequence[str], lanes: bool) -> Writer:
+               body: Sequence[str], lanes: bool, unroll: bool = False) -> Writer:
     """The C++ of ``_accumulate``'s fold, leaving the results in ``__acc0, ...``: the
     accumulators start from ``starts`` (C++ in compute types), ``reads`` are the
     statements and expressions of the elements at the ``loops``' indices, ``body`` folds
-    ``__x0, ...`` into them (``_fold``)."""
+    ``__x0, ...`` into them (``_fold``). The loops call ``h2d::scalar_loop``, which
+    keeps GCC from vectorising the map's loop across them; with ``unroll`` (constant
+    loops of a small window) they are written out, position by position, and the map's
+    loop vectorises (GCC 12 does not unroll such a nest itself before it vectorises)."""
     computed, expressions = reads
     code = Writer()
     code.lines(f"{element.compute} __acc{k} = {start};"
@@ -229,12 +236,21 @@ def _fold_code(op: ir.Op, reads: tuple[list[str], list[str]], loops: Sequence[Lo
                 code.line(f"const {results[0].compute} __x0 = __lanes[__l];")
                 code.lines(body)
     elif expressions:
-        with code.loops(*loops):
-            code.lines(inner)
-            code.lines(computed)
-            code.lines(f"const {e.compute} __x{k} = {x};"
-                       for k, (e, x) in enumerate(zip(elements, expressions)))
-            code.lines(body)
+        positions = itertools.product(*(range(int(loop.first), int(loop.end), loop.step)
+                                        for loop in loops)) if unroll else [None]
+        for position in positions:
+            with contextlib.ExitStack() as nest:
+                if position is None:
+                    nest.enter_context(code.loops(*loops))
+                    code.lines(inner)
+                else:
+                    nest.enter_context(code.block(""))
+                    code.lines(f"const int64_t {loop.variable} = {at};"
+                               for loop, at in zip(loops, position))
+                code.lines(computed)
+                code.lines(f"const {e.compute} __x{k} = {x};"
+                           for k, (e, x) in enumerate(zip(elements, expressions)))
+                code.lines(body)
     return code
 
 
@@ -259,9 +275,10 @@ def _fold(b: Builder, op: ir.Op, targets: Sequence[Array], starts: Sequence[Arra
 
 def _emit(b: Builder, op: ir.Op, loops: Sequence[Loop], guard: str,
           indices: Sequence[str], work_per_element: int, fuse: bool = False,
-          lanes: bool = False) -> list[Binding]:
+          lanes: bool = False, unroll: bool = False) -> list[Binding]:
     """Accumulate straight into the results, from the init values; with ``fuse``, the
-    operands' elementwise expressions are computed in the loops (``_operand_reads``)."""
+    operands' elementwise expressions are computed in the loops (``_operand_reads``);
+    ``unroll``: as ``_fold_code``'s."""
     n = len(op.operands) // 2
     inputs, inits = op.operands[:n], op.operands[n:]
     if fuse:
@@ -272,7 +289,7 @@ def _emit(b: Builder, op: ir.Op, loops: Sequence[Loop], guard: str,
     starts = [b.value(init) for init in inits]
     targets = [b.allocate_result(v) for v in op.results]
     _accumulate(b, op, op.name.rsplit(".", 1)[-1], reads, loops, guard, starts, targets,
-                work_per_element, lanes)
+                work_per_element, lanes, unroll=unroll)
     return targets
 
 
@@ -595,15 +612,21 @@ def reduce_window(b: Builder, op: ir.Op) -> list[Binding]:
         if (n > SCAN_BLOCK and window[d] == n and strides[d] == base[d] == dilations[d] == 1
                 and (forward or reverse)):
             return _scan(b, op, d, forward, exclusive=max(low[d], high[d]) == n)
+    static = not (symbolic.is_symbolic(op.operands[0].type)
+                  or symbolic.is_symbolic(op.result.type))
     loops, guards, indices = [], [], []
     for d in range(rank):
         loops.append(Loop(f"__w{d}", "0", str(window[d])))
         position = f"((int64_t)__i{d} * {strides[d]} + __w{d} * {dilations[d]} - {low[d]})"
-        guards.append(f"{position} >= 0 && {position} % {base[d]} == 0 && "
-                      f"{position} / {base[d]} < {shape[d]}")
-        indices.append(f"{position} / {base[d]}")
-    return _emit(b, op, loops, " && ".join(f"({g})" for g in guards), indices,
-                 int(np.prod(window, dtype=np.int64)))
+        if not static or low[d] > 0 or base[d] > 1 or (op.result.type.shape[d] - 1) \
+                * strides[d] + (window[d] - 1) * dilations[d] >= shape[d]:
+            # a position may fall on padding or a hole
+            guards.append(f"{position} >= 0 && {position} % {base[d]} == 0 && "
+                          f"{position} / {base[d]} < {shape[d]}")
+        indices.append(f"{position} / {base[d]}" if base[d] > 1 else position)
+    size = int(np.prod(window, dtype=np.int64))
+    return _emit(b, op, loops, " && ".join(f"({g})" for g in guards), indices, size,
+                 unroll=not guards and size <= UNROLLED_WINDOW)
 
 
 def _scan(b: Builder, op: ir.Op, dimension: int, forward: bool, exclusive: bool
