@@ -917,6 +917,28 @@ func.func private @quiet(%x: tensor<3xf32>) -> tensor<3xf32> {
     assert sum(op.name == "stablehlo.exponential" for op in ops) == 3  # twice noisy's, once
 
 
+def test_custom_calls_without_side_effects_are_merged():
+    """``jnp.linalg.solve(a, b)`` and ``det(a)`` both factorise ``a`` (``lapack_sgetrf_ffi``
+    in two helpers): after inlining one factorisation is left, as XLA's CSE leaves one
+    (a custom call without ``has_side_effect``, attributes with dictionaries and arrays
+    compared by content); XLA's results."""
+    from hlo2dace.frontend.normalize import normalize
+
+    from util import assert_matches_jax
+
+    def f(a, b):
+        return jnp.linalg.solve(a, b), jnp.linalg.det(a)
+
+    rng = np.random.default_rng(1)
+    a = (rng.standard_normal((24, 24)) / 5 + np.eye(24)).astype(np.float32)
+    b = rng.standard_normal((24, 3)).astype(np.float32)
+    module = inline_calls(parse_module(normalize(_lowered(f, a, b)).text))
+    targets = [str(inner.attr("call_target_name")) for op in module.main.ops
+               for inner in op.walk() if inner.name == "stablehlo.custom_call"]
+    assert targets.count("lapack_sgetrf_ffi") == 1, targets
+    assert_matches_jax(f, a, b, rtol=1e-5, atol=1e-5)
+
+
 def test_a_function_that_calls_itself_is_refused_where_it_calls():
     from hlo2dace.errors import UnsupportedError
     from hlo2dace.frontend.normalize import normalize

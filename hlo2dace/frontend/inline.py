@@ -21,7 +21,10 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import numpy as np
 
 from .. import ir
 from ..errors import UnsupportedError
@@ -29,11 +32,20 @@ from ..errors import UnsupportedError
 #: the ops that call a function of the module by its ``callee`` symbol
 CALLS = ("func.call", "stablehlo.call")
 #: ops with effects beyond their results (or that XLA never merges): a function holding one
-#: is called again rather than reusing an earlier call's results
+#: is called again rather than reusing an earlier call's results. A custom call is one of
+#: them only where it says it has a side effect (``has_side_effect``): XLA's CSE merges
+#: the others (``jnp.linalg.solve(a, b)`` and ``det(a)`` factorise ``a`` once).
 EFFECTS = frozenset(f"stablehlo.{name}" for name in (
-    "custom_call", "infeed", "outfeed", "send", "recv", "rng", "after_all",
+    "infeed", "outfeed", "send", "recv", "rng", "after_all",
     "optimization_barrier", "all_reduce", "all_gather", "all_to_all", "reduce_scatter",
     "collective_permute", "collective_broadcast"))
+
+
+def has_effects(op: ir.Op) -> bool:
+    """Whether ``op`` does more than compute its results (``EFFECTS``)."""
+    if op.name == "stablehlo.custom_call":
+        return bool(op.attr("has_side_effect"))
+    return op.name in EFFECTS
 
 
 def inline_calls(module: ir.Module) -> ir.Module:
@@ -108,12 +120,12 @@ class _Inliner:
                 calls[key] = tuple(names[result.name] for result in op.results)
 
     def effect_free(self, function: ir.Function) -> bool:
-        """Whether ``function`` and every function it calls hold no op of ``EFFECTS`` (a
-        declaration without a body may have any)."""
+        """Whether ``function`` and every function it calls hold no op with effects
+        (``has_effects``; a declaration without a body may have any)."""
         if function.name not in self.pure:
             self.pure[function.name] = False  # while it is looked at: a recursion is not
             self.pure[function.name] = bool(function.body.blocks) and all(
-                inner.name not in EFFECTS and (
+                not has_effects(inner) and (
                     inner.name not in CALLS or (callee := self.target(inner)) is not None
                     and self.effect_free(callee))
                 for op in function.ops for inner in op.walk())
@@ -146,15 +158,30 @@ class _Inliner:
 def _key(op: ir.Op, operands: tuple[ir.Value, ...]) -> tuple | None:
     """What an op without regions or effects computes from: two such ops with one key have
     the same results. None for other ops, and where an attribute is no key (an array)."""
-    if op.regions or not op.results or op.name in EFFECTS or op.name in CALLS:
+    if op.regions or not op.results or has_effects(op) or op.name in CALLS:
         return None
-    key = (op.name, tuple(v.name for v in operands), tuple(sorted(op.attributes.items())),
+    key = (op.name, tuple(v.name for v in operands), _hashable(op.attributes),
            tuple(r.type for r in op.results))
     try:
         hash(key)
     except TypeError:
         return None
     return key
+
+
+def _hashable(value: Any) -> Any:
+    """An attribute's value as a key: dictionaries (a custom call's ``backend_config``),
+    lists, the IR's attribute records and arrays by their contents."""
+    if isinstance(value, Mapping):
+        return ("{}", tuple(sorted((k, _hashable(v)) for k, v in value.items())))
+    if isinstance(value, (tuple, list)):
+        return tuple(_hashable(v) for v in value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return (type(value).__name__, *(_hashable(getattr(value, f.name))
+                                        for f in dataclasses.fields(value)))
+    if isinstance(value, np.ndarray):
+        return (value.dtype.str, value.shape, value.tobytes())
+    return value
 
 
 def _located(own: ir.Location | None, site: ir.Location | None) -> ir.Location | None:
