@@ -103,8 +103,31 @@ def dead_before(a: Live, a_name: str, b: Live, b_name: str,
 
 
 def state_dataflow(state: dace.SDFGState) -> tuple[dict, dict]:
-    """Of each node of ``state``, its top-level node (a map scope stands for its nodes, as
-    its entry); of each top-level node, the top-level nodes after it in the dataflow."""
+    """Of each node of ``state``, its top-level node (``top_level``); of each top-level
+    node, the top-level nodes after it in the dataflow (computed when first asked for)."""
+    top = top_level(state)
+    graph = nx.DiGraph()
+    graph.add_nodes_from(set(top.values()))
+    graph.add_edges_from((top[e.src], top[e.dst]) for e in state.edges()
+                         if top[e.src] is not top[e.dst])
+    return top, _Descendants(graph)
+
+
+class _Descendants(dict):
+    """A graph's nodes' descendants, each found when first asked for."""
+
+    def __init__(self, graph: nx.DiGraph):
+        super().__init__()
+        self.graph = graph
+
+    def __missing__(self, node) -> set:
+        self[node] = nx.descendants(self.graph, node)
+        return self[node]
+
+
+def top_level(state: dace.SDFGState) -> dict:
+    """Of each node of ``state``, its top-level node: a map scope stands for its nodes, as
+    its entry."""
     scopes = state.scope_dict()
     top = {}
     for node in state.nodes():
@@ -113,11 +136,7 @@ def state_dataflow(state: dace.SDFGState) -> tuple[dict, dict]:
             outer = scopes[outer]
         top[node] = state.entry_node(outer) if isinstance(outer, dace.nodes.ExitNode) \
             else outer
-    graph = nx.DiGraph()
-    graph.add_nodes_from(set(top.values()))
-    graph.add_edges_from((top[e.src], top[e.dst]) for e in state.edges()
-                         if top[e.src] is not top[e.dst])
-    return top, {node: nx.descendants(graph, node) for node in graph.nodes}
+    return top
 
 
 def users(state: dace.SDFGState, top: dict, name: str) -> set:
@@ -212,20 +231,24 @@ def order_reuses(sdfg: dace.SDFG, arena: Arena) -> None:
     to the old."""
     states, spans = program_order(sdfg)
     live = lifetimes(sdfg, states, spans, (dace.AllocationLifetime.Persistent,))
+    by_state: dict[dace.SDFGState, list[str]] = {}
     for name, reused in arena.reuses.items():
-        if not reused:
-            continue
-        state = states[live[name].start]
-        top, _ = state_dataflow(state)
-        barrier = state.add_tasklet(f"h2d_reuse_{name}", set(), set(), BARRIER,
-                                    language=dace.Language.CPP, side_effects=True)
-        for other in reused:
-            for node in users(state, top, other):
-                source = state.exit_node(node) if isinstance(node, dace.nodes.EntryNode) \
-                    else node
+        if reused:
+            by_state.setdefault(states[live[name].start], []).append(name)
+    for state, names in by_state.items():
+        top = top_level(state)
+        edges = [(name, [state.exit_node(node) if isinstance(node, dace.nodes.EntryNode)
+                         else node for other in arena.reuses[name]
+                         for node in users(state, top, other)],
+                  users(state, top, name)) for name in names]
+        for name, sources, targets in edges:
+            barrier = state.add_tasklet(f"h2d_reuse_{name}", set(), set(), BARRIER,
+                                        language=dace.Language.CPP, side_effects=True)
+            for source in sources:
                 state.add_nedge(source, barrier, dace.Memlet())
-        for node in users(state, top, name):
-            state.add_nedge(barrier, node, dace.Memlet())
+            for target in targets:
+                state.add_nedge(barrier, target, dace.Memlet())
         if not nx.is_directed_acyclic_graph(state.nx):  # DaCe would drop the cycle's code
-            raise RuntimeError(f"hlo2dace's arena places {name} where arrays live with it "
-                               f"are (state {state.label}): a bug, please report it")
+            raise RuntimeError(f"hlo2dace's arena places {', '.join(names)} where arrays "
+                               f"live with them are (state {state.label}): a bug, please "
+                               f"report it")
