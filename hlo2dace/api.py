@@ -548,7 +548,6 @@ class Compiled:
             temp_size_in_bytes=self._transient_bytes(sdfg),
             constant_size_in_bytes=sum(int(np.asarray(c).nbytes) for c in constants.values()))
 
-
     def _transient_bytes(self, sdfg: Any) -> int | str:
         """The bytes of ``sdfg``'s transients as the program allocates them: those that
         the ``transient_arena`` pass places in one allocation counted as that
