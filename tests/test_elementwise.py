@@ -635,6 +635,18 @@ def test_integer_power():
     m.check()
 
 
+@pytest.mark.parametrize("dtype", [np.int8, np.int16, np.int32, np.int64])
+def test_remainder_by_constant_powers_of_two(dtype):
+    """``h2d::rem`` computes a signed remainder by a constant 2^k with masks (GCC 12 kept a
+    parity test's loop scalar): ``fmod``, jnp's floor ``%`` and ``//`` (built on ``rem``)
+    and a parity test, by 1, 2, 8 and the largest power, on the edge values, against XLA."""
+    x = np.concatenate([values(dtype), np.arange(-300, 300).astype(dtype)])
+    powers = [dtype(1 << k) for k in (0, 1, 3, np.iinfo(dtype).bits - 2)]
+    assert_matches_xla(lambda x: {f"{name}_{d}": f(x, d) for d in powers for name, f in (
+        ("fmod", jnp.fmod), ("mod", jnp.mod), ("floordiv", jnp.floor_divide),
+        ("odd", lambda x, d: jnp.where(x % d != 0, x, -x)))}, x)
+
+
 def test_compare_totalorder():
     """TOTALORDER: -NaN < -inf < ... < -0.0 < +0.0 < ... < inf < NaN, by bits."""
     m = Module()

@@ -329,3 +329,36 @@ def test_elementwise_functions_vectorise(level, tmp_path):
     expected = SCALAR | (SCALAR_BELOW_AVX512 if level == "x86-64-v3" else set())
     assert scalar == expected, f"scalar: {sorted(scalar - expected)}, " \
                                f"vectorised: {sorted(expected - scalar)}"
+
+
+
+@pytest.mark.parametrize("level", ["x86-64-v3", "x86-64-v4"])
+def test_parity_tests_vectorise(level, tmp_path):
+    """The Collatz step ``jnp.where(x % 2 == 0, x // 2, 3 * x + 1)`` as jnp lowers its floor
+    ``%`` and ``//`` vectorises for every signed integer type: GCC 12 folds ``a % 2 != 0``
+    into a conversion to bool that its vectoriser cannot mix with the other comparisons'
+    masks, so ``h2d::rem`` computes a remainder by a constant power of two with masks."""
+    lines = ['#include "h2d/ops.h"']
+    loops = {}
+    for element in ("int8_t", "int16_t", "int32_t", "int64_t"):
+        lines += [
+            f"void step_{element}({element}* __restrict a, const {element}* __restrict x, "
+            "int n) {",
+            f"    using T = {element};",
+            "    for (int i = 0; i < n; i++) {",
+            "        const T r = h2d::rem(x[i], (T)2), q = h2d::div(x[i], (T)2);",
+            "        const T mod = h2d::select(r < 0 && r != 0, h2d::add(r, (T)2), r);",
+            "        const T floor = h2d::select(h2d::sign(x[i]) != 1 && r != 0, "
+            "h2d::sub(q, (T)1), q);",
+            "        a[i] = h2d::select(mod == 0, floor, h2d::add(h2d::mul((T)3, x[i]), (T)1));",
+            "    }", "}"]
+        loops[len(lines) - 6] = element
+    source = tmp_path / "parity.cc"
+    source.write_text("\n".join(lines) + "\n")
+    done = subprocess.run(["g++", *_compile_flags(level), f"-I{HEADERS}",
+                           "-fopt-info-vec-optimized", "-c", str(source), "-o",
+                           str(tmp_path / "parity.o")], capture_output=True, text=True,
+                          check=True)
+    vectorised = {int(line) for line in re.findall(r"parity\.cc:(\d+):\d+: optimized: loop "
+                                                   r"vectorized", done.stderr)}
+    assert [loops[line] for line in loops if line not in vectorised] == []
