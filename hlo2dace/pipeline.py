@@ -5,7 +5,7 @@ how hlo2dace optimises a program, as one list (as XLA's ``cpu_compiler.cc`` is a
 Three stages run passes (``plan/passes.py``):
 
 * ``plan``: IR to IR, after the frontend and before translation; each pass records its
-  decisions on the ops (``plan/annotations.py``), which ``Lowered.as_text(planned=True)``
+  decisions on the ops (``plan/annotations.py``), which ``Lowered.as_planned_text()``
   shows, and the translators lower each op as its annotations say;
 * ``sdfg``: the built SDFG, before DaCe generates its code;
 * ``code``: DaCe's generated C++ (what no SDFG property can say: see ``cpp_split.py``).
@@ -69,6 +69,9 @@ def cpu_passes(level: Level) -> list[Pass]:
         "an update writes its dead operand's array (h2d.in_place)")
     add("loop_buffers", "plan", block_pass(updates.loop_buffers),
         "a loop runs in its dead initial values' arrays (h2d.in_place)")
+    add("carries_in_place", "plan", block_pass(updates.carries_in_place),
+        "a loop body's elementwise map writes the carries it alone reads in place "
+        "(h2d.carries_in_place)")
     add("swap_loop_buffers", "plan", updates.swap_loop_buffers,
         "a counted loop's large stencil-like carries alternate between two buffers "
         "(h2d.swapped_carries)")
@@ -109,8 +112,8 @@ def cuda_passes(level: Level) -> list[Pass]:
     cpu = {p.name: p for p in cpu_passes(level)}
     names = ("outer_products_as_multiplies", "fuse_elementwise", "fuse_into_readers",
              "fuse_into_consumers", "contract_multiply_adds", "result_destinations",
-             "update_in_place", "loop_buffers", "swap_loop_buffers", "skip_replaced_windows",
-             "remove_dead_ops")
+             "update_in_place", "loop_buffers", "carries_in_place", "swap_loop_buffers",
+             "skip_replaced_windows", "remove_dead_ops")
     passes = [cpu[name] for name in names if name in cpu]
     passes.append(Pass("to_device", "sdfg", device.to_device,
                        "tasklets checked for host-only code, then DaCe's GPU "

@@ -1,6 +1,6 @@
 """The IR as text: MLIR's generic op form for ops, a ``func.func`` header per function.
 
-What ``Lowered.as_text(planned=True)`` shows and what the plan passes' tests compare: the
+What ``Lowered.as_planned_text()`` shows and what the plan passes' tests compare: the
 module after the plan stage, with each decision a pass recorded on its op as an
 ``h2d.*`` attribute (``plan/annotations.py``), printed as the annotation prints itself.
 Attribute values print as MLIR spells them where the IR keeps them (types, dense

@@ -146,6 +146,16 @@ class InPlace(Annotation):
 
 
 @dataclass(frozen=True)
+class CarriesInPlace(Annotation):
+    """Carried values of a loop that its body computes in one elementwise map, which reads
+    each carry only at the position it writes: that map writes the new values into the
+    carries' own arrays, with no copy back."""
+
+    name: ClassVar[str] = "carries_in_place"
+    operands: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class SwappedCarries(Annotation):
     """Carried values of a counted loop that alternate between two buffers, two
     iterations a trip, instead of being copied back every iteration."""

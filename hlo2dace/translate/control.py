@@ -30,7 +30,7 @@ from dace.properties import CodeBlock
 from dace.sdfg.state import BreakBlock, ConditionalBlock, ControlFlowRegion, LoopRegion
 
 from .. import ir, symbolic
-from ..plan.annotations import InPlace, SwappedCarries, annotation
+from ..plan.annotations import CarriesInPlace, InPlace, SwappedCarries, annotation
 from .bindings import TOKEN, Array, Binding
 from .builder import Builder
 from .emitter import Element
@@ -255,16 +255,17 @@ def _body(b: Builder, op: ir.Op, sources: Sequence[Binding], targets: dict[int, 
           slots: Sequence[int]) -> None:
     """One iteration of the loop body, reading the carried values from ``sources``: the new
     values of the carried ``slots`` end in their ``targets``, written there by the ops
-    that compute them where the target is another buffer or ``updates_in_place`` allows,
-    else copied at the end."""
+    that compute them where the target is another buffer, the plan says so
+    (``CarriesInPlace``) or ``updates_in_place`` allows, else copied at the end."""
     body = op.regions[1].entry
     returned = body.terminator.operands
+    in_place = annotation(op, CarriesInPlace)
     destinations = {}
     for k in slots:
         value, source = returned[k], sources[k]
         if value.name in destinations or not any(value in o.results for o in body.ops):
             continue
-        if not source.is_array(targets[k].name):  # another buffer
+        if not source.is_array(targets[k].name) or (in_place and k in in_place.operands):
             destinations[value.name] = targets[k].name
             continue
         for step in updates_in_place(b.module, body, body.arguments[k], value) or ():
