@@ -707,6 +707,31 @@ def test_loop_nest_alignment(offset, dtype):
         assert_arrays_match(e, x, rtol=rtol, atol=rtol, where=str(i))
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, ml_dtypes.bfloat16,
+                                   np.complex64], ids=dtype_id)
+def test_long_sums_of_the_loop_kernel(dtype):
+    """The loop kernel sums a long contraction in lanes, tail and fold included: vector
+    dots of 64 to 4,096 terms (around multiples of the lanes), a column read with a
+    stride, a short one in order, a batch, with NaN and infinities spread through one."""
+    def f(x, y, m, special):
+        return ([jnp.vdot(x[:k], y[:k]) for k in (15, 63, 64, 65, 100, 1000, 4096)]
+                + [m[:, 0] @ x[:64], m[:64, :].T @ x[:64], jnp.einsum("bk,bk->b", m, m),
+                   jnp.vdot(special, y[:80])])
+
+    x, y, m = operand(dtype, (4096,)), operand(dtype, (4096,), seed=1), \
+        operand(dtype, (64, 3), seed=2)
+    special = operand(dtype, (80,), seed=3)
+    if np.dtype(dtype).kind in "fcV":
+        special[[5, 40]] = np.inf
+        special[70] = -np.inf if dtype != np.complex64 else np.nan
+    expected = jax.jit(f)(x, y, m, special)
+    actual = hlo2dace.jit(f, optimize="default")(x, y, m, special)
+    rtol = {np.dtype(ml_dtypes.bfloat16): 2e-2}.get(np.dtype(dtype), RTOL.get(np.dtype(dtype),
+                                                                              0.0))
+    for i, (e, a) in enumerate(zip(expected, actual)):
+        assert_arrays_match(e, a, rtol=rtol, atol=rtol * 64, where=str(i))
+
+
 # ------------------------------------------------------------------------ errors
 
 

@@ -11,6 +11,7 @@ from typing import Sequence
 import numpy as np
 
 from .. import ir
+from .cpp import on_grid
 
 
 @dataclass(frozen=True)
@@ -129,10 +130,7 @@ class Convolution:
         """C++: whether position ``q`` of spatial dimension ``d`` holds an lhs element (not
         padding, not a dilation hole)."""
         size, dilation = self.lhs_shape[self.lhs_spatial[d]], self.lhs_dilation[d]
-        if size == 0:
-            return "false"
-        test = f"{q} >= 0 && {q} <= {(size - 1) * dilation}LL"
-        return test if dilation == 1 else f"{test} && {q} % {dilation}LL == 0"
+        return on_grid(q, size, dilation)
 
     def lhs_offset(self, d: int, q: str, lhs_strides: Sequence[int]) -> str:
         """C++: the lhs offset of the valid position ``q`` of spatial dimension ``d``."""

@@ -28,6 +28,18 @@ class Loop:
         return f"for (int64_t {v} = {self.first}; {v} {test} {self.end}; {advance})"
 
 
+def on_grid(position: str, count: int | str, step: int = 1) -> str:
+    """C++: whether the 64-bit ``position`` is one of ``0, step, ..., (count - 1) * step``
+    (an element of an array of ``count``, not padding, not a dilation hole), its range as
+    one unsigned comparison: with two signed ones GCC vectorised a padding map over
+    64 x 64 floats into a loop 12 times slower (3.6 against 0.3 us)."""
+    if count == 0:
+        return "false"
+    last = (count - 1) * step if isinstance(count, int) else f"(({count}) - 1) * {step}"
+    test = f"(uint64_t)({position}) <= (uint64_t)({last})"
+    return test if step == 1 else f"{test} && ({position}) % {step} == 0"
+
+
 class Writer:
     """C++ statements for one tasklet or helper."""
 

@@ -52,6 +52,7 @@ from .dtypes import ElementType
 from .emitter import Element, Whole
 from .literals import literal
 from .products import Product, converted, dimension_numbers, precision_key, stored
+from .reduction import LANES, MIN_LANES_LOOP
 from .registry import register, register_elementwise
 
 
@@ -226,7 +227,9 @@ def _loop_product(b: Builder, op: ir.Op, product: Product, compute: ElementType,
     """Everything BLAS does not multiply. One tasklet, parallel over the rows of the
     result (batch x M), whose innermost loops stream contiguous data without a guard so
     that GCC vectorises them; the ``h2d::scalar_loop`` calls sit in the outer loops (no
-    map surrounds this loop nest: there is no map loop to vectorise across it)."""
+    map surrounds this loop nest: there is no map loop to vectorise across it). A sum over
+    a long K runs in lanes, as a reduction's does: in order, ``jnp.vdot`` of 4,096 floats
+    took 3.4 us, a chain of dependent adds."""
     m, n, k = product.m, product.n, product.k
     a, x, (a_free, a_k, x_free, x_k) = _strided_operands(b, op, product)
     result = dtypes.of(op.result.type)
@@ -257,13 +260,30 @@ def _loop_product(b: Builder, op: ir.Op, product: Product, compute: ElementType,
                               f"else {{ for (int64_t __j = 0; __j < __nb; ++__j) {step} }}")
                 code.line("for (int64_t __j = 0; __j < __nb; ++__j) "
                           f"__pc[__n0 + __j] = {stored('__acc[__j]', compute, result)};")
-        else:  # one register sum per element, K innermost
-            load_x = converted(f"__col[__k * {x_k}LL]", x.element, compute)
+        else:  # one sum per element, K innermost
+            def term(at: str) -> str:
+                return (f"h2d::mul({converted(f'__pa[({at}) * {a_k}LL]', a.element, compute)}"
+                        f", {converted(f'__col[({at}) * {x_k}LL]', x.element, compute)})")
+
             with code.loops(Loop("__n", "0", f"{n}LL"), scalar=True):
-                code.line(f"const auto* __col = __pb + __n * {x_free}LL;",
-                          f"{compute.compute} __acc = {zero};",
-                          f"for (int64_t __k = 0; __k < {k}LL; ++__k) "
-                          f"__acc = h2d::add(__acc, h2d::mul({load_a}, {load_x}));",
-                          f"__pc[__n] = {stored('__acc', compute, result)};")
+                code.line(f"const auto* __col = __pb + __n * {x_free}LL;")
+                if k < MIN_LANES_LOOP:  # in order, as a short reduction folds
+                    code.line(f"{compute.compute} __acc = {zero};",
+                              f"for (int64_t __k = 0; __k < {k}LL; ++__k) "
+                              f"__acc = h2d::add(__acc, {term('__k')});",
+                              f"__pc[__n] = {stored('__acc', compute, result)};")
+                else:  # in lanes, as a long reduction folds: the loop vectorises
+                    code.line(f"{compute.compute} __lanes[{LANES}];",
+                              f"for (int __l = 0; __l < {LANES}; ++__l) __lanes[__l] = {zero};",
+                              "int64_t __k = 0;",
+                              f"for (; __k + {LANES} <= {k}LL; __k += {LANES}) for (int __l = 0;"
+                              f" __l < {LANES}; ++__l) __lanes[__l] = h2d::add(__lanes[__l], "
+                              f"{term('__k + __l')});",
+                              f"for (int __l = 0; __k < {k}LL; ++__k, ++__l) __lanes[__l] = "
+                              f"h2d::add(__lanes[__l], {term('__k')});",
+                              f"for (int __w = {LANES // 2}; __w > 0; __w /= 2) for (int __l = 0;"
+                              " __l < __w; ++__l) __lanes[__l] = h2d::add(__lanes[__l], "
+                              "__lanes[__l + __w]);",
+                              f"__pc[__n] = {stored('__lanes[0]', compute, result)};")
     b.emit.map("dot_loops", (), code.text(), {"__a": Whole(a.array), "__b": Whole(x.array)},
                {"__c": Whole(target)})

@@ -45,7 +45,7 @@ from .bindings import (
     unmaterialised_rows,
 )
 from .builder import Builder
-from .cpp import Loop, Writer
+from .cpp import Loop, Writer, on_grid
 from .emitter import PARALLEL_MAP_WORK, Element, Value, Whole
 from .literals import literal
 from .registry import register
@@ -621,8 +621,7 @@ def reduce_window(b: Builder, op: ir.Op) -> list[Binding]:
         if not static or low[d] > 0 or base[d] > 1 or (op.result.type.shape[d] - 1) \
                 * strides[d] + (window[d] - 1) * dilations[d] >= shape[d]:
             # a position may fall on padding or a hole
-            guards.append(f"{position} >= 0 && {position} % {base[d]} == 0 && "
-                          f"{position} / {base[d]} < {shape[d]}")
+            guards.append(on_grid(position, shape[d], base[d]))
         indices.append(f"{position} / {base[d]}" if base[d] > 1 else position)
     size = int(np.prod(window, dtype=np.int64))
     return _emit(b, op, loops, " && ".join(f"({g})" for g in guards), indices, size,

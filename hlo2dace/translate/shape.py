@@ -36,6 +36,7 @@ from .bindings import (
     view_of,
 )
 from .builder import Builder, Reader, binding_reader
+from .cpp import on_grid
 from .emitter import Element, Value, Whole
 from .known import result_dtype
 from .registry import define, register, register_elementwise
@@ -348,9 +349,8 @@ def pad(b: Builder, op: ir.Op) -> list[Binding]:
     conditions, indices = [], []
     for d, (lo, gap, n) in enumerate(zip(low, interior, operand.type.shape)):
         shifted = f"((int64_t)__i{d} - {lo})"
-        conditions.append(f"{shifted} >= 0 && {shifted} % {gap + 1} == 0 "
-                          f"&& {shifted} / {gap + 1} < {n}")
-        indices.append(f"{shifted} / {gap + 1}")
+        conditions.append(on_grid(shifted, n, gap + 1))
+        indices.append(shifted if gap == 0 else f"{shifted} / {gap + 1}")
     inputs = {"__pad": Value(b.value(padding_value))}
     if read is None:
         code = "__out = __pad;"
