@@ -299,7 +299,9 @@ def test_an_outlined_scope_reads_bool_arrays_it_only_indexes_as_bytes(private_ca
     """NPBench's mandelbrot2: a loop unrolled twice selects complex values by a carried
     mask, so its map is outlined (``sdfg_repeats``). The function reads the mask as
     bytes, as the program's own function does: with ``bool *`` parameters GCC 12
-    vectorised no loop of it, and NPBench's program took 5x as long."""
+    vectorised no loop of it, and NPBench's program took 5x as long. (Its carries are
+    swapped, not written in place, as before ``carries_in_place``: that is what repeats
+    the map.)"""
     c = (np.linspace(-2, 0.5, 200)[:, None] + 1j * np.linspace(-1, 1, 200)[None, :]).ravel()
 
     def escape(c):
@@ -314,7 +316,7 @@ def test_an_outlined_scope_reads_bool_arrays_it_only_indexes_as_bytes(private_ca
         return jax.lax.fori_loop(0, 9, step, (jnp.zeros_like(c), c, jnp.zeros(c.shape, int),
                                                jnp.zeros_like(c), jnp.ones(c.shape, bool)))
 
-    compiled = hlo2dace.jit(escape).lower(c).compile()
+    compiled = hlo2dace.jit(escape, disable_passes=("carries_in_place",)).lower(c).compile()
     folder = compiled.program.folder / "build" / "src" / "cpu"
     code = "".join(p.read_text() for p in folder.glob("*.cpp"))
     masked = [m for m in re.finditer(r"noinline\)\) void __h2d_repeat\w+\(([^)]*)\)\n\{", code)
