@@ -52,7 +52,7 @@ from .dtypes import ElementType
 from .emitter import Element, Whole
 from .literals import literal
 from .products import Product, converted, dimension_numbers, precision_key, stored
-from .reduction import LANES, MIN_LANES_LOOP
+from .reduction import LANES
 from .registry import register, register_elementwise
 
 
@@ -228,33 +228,43 @@ def _loop_product(b: Builder, op: ir.Op, product: Product, compute: ElementType,
     result (batch x M), whose innermost loops stream contiguous data without a guard so
     that GCC vectorises them; the ``h2d::scalar_loop`` calls sit in the outer loops (no
     map surrounds this loop nest: there is no map loop to vectorise across it). A sum over
-    a long K runs in lanes, as a reduction's does: in order, ``jnp.vdot`` of 4,096 floats
-    took 3.4 us, a chain of dependent adds."""
+    K of 16 or more runs in lanes, as a long reduction's does: in order, ``jnp.vdot`` of
+    4,096 floats took 3.4 us, a chain of dependent adds."""
     m, n, k = product.m, product.n, product.k
     a, x, (a_free, a_k, x_free, x_k) = _strided_operands(b, op, product)
     result = dtypes.of(op.result.type)
     batch = [product.shapes[0][pair[0]] for pair in product.batch]
+    # lhs and rhs of the loops, by connector: ``A^T v`` (a matrix-vector product down the
+    # columns) runs as ``v^T A``, the result a row over A's contiguous rows
+    sides = [("__a", a.element, a_free, a_k), ("__b", x.element, x_free, x_k)]
+    swapped = n == 1 < m and a_free == 1 != a_k
+    if swapped:
+        sides.reverse()
+        m, n = 1, m
+    (lhs, lhs_element, lhs_free, lhs_k), (rhs, rhs_element, rhs_free, rhs_k) = sides
     rows = math.prod(batch) * m
     zero = literal(compute.numpy.type(0), compute)
-    load_a = converted(f"__pa[__k * {a_k}LL]", a.element, compute)
+    load_a = converted(f"__pa[__k * {lhs_k}LL]", lhs_element, compute)
     code = Writer()
     with _rows_loop(code, batch, rows, m, rows * n * k):
         pa, px, pc = product.offsets((a, x), [f"__b{j}" for j in range(len(batch))])
-        code.line(f"const auto* __pa = __a + ({pa} + {a_free}LL * __m);",
-                  f"const auto* __pb = __b + ({px});",
+        if swapped:
+            pa, px = px, pa
+        code.line(f"const auto* __pa = {lhs} + ({pa} + {lhs_free}LL * __m);",
+                  f"const auto* __pb = {rhs} + ({px});",
                   f"auto* __pc = __c + ({pc} + {n}LL * __m);")
-        if x_free == 1 and n > 1:  # blocks of a result row in registers; rows of B streamed
+        if rhs_free == 1 and n > 1:  # blocks of a result row in registers; rows of B streamed
             width = 4 if compute.is_stored_as_bits else compute.numpy.itemsize
-            block = max(1, b.machine.register_block_bytes // width)
+            block = max(1, min(n, b.machine.register_block_bytes // width))
             step = (f"__acc[__j] = h2d::add(__acc[__j], h2d::mul(__x, "
-                    f"{converted('__row[__j]', x.element, compute)}));")
+                    f"{converted('__row[__j]', rhs_element, compute)}));")
             with code.loops(Loop("__n0", "0", f"{n}LL", block), scalar=True):
                 code.line(f"const int64_t __nb = std::min<int64_t>({block}, {n}LL - __n0);",
                           f"{compute.compute} __acc[{block}];",
                           f"for (int __j = 0; __j < {block}; ++__j) __acc[__j] = {zero};")
                 with code.loops(Loop("__k", "0", f"{k}LL"), scalar=True):
                     code.line(f"const {compute.compute} __x = {load_a};",
-                              f"const auto* __row = __pb + (__k * {x_k}LL + __n0);",
+                              f"const auto* __row = __pb + (__k * {rhs_k}LL + __n0);",
                               f"if (__nb == {block}) {{ for (int __j = 0; __j < {block}; "
                               f"++__j) {step} }}",
                               f"else {{ for (int64_t __j = 0; __j < __nb; ++__j) {step} }}")
@@ -262,12 +272,12 @@ def _loop_product(b: Builder, op: ir.Op, product: Product, compute: ElementType,
                           f"__pc[__n0 + __j] = {stored('__acc[__j]', compute, result)};")
         else:  # one sum per element, K innermost
             def term(at: str) -> str:
-                return (f"h2d::mul({converted(f'__pa[({at}) * {a_k}LL]', a.element, compute)}"
-                        f", {converted(f'__col[({at}) * {x_k}LL]', x.element, compute)})")
+                return (f"h2d::mul({converted(f'__pa[({at}) * {lhs_k}LL]', lhs_element, compute)}"
+                        f", {converted(f'__col[({at}) * {rhs_k}LL]', rhs_element, compute)})")
 
             with code.loops(Loop("__n", "0", f"{n}LL"), scalar=True):
-                code.line(f"const auto* __col = __pb + __n * {x_free}LL;")
-                if k < MIN_LANES_LOOP:  # in order, as a short reduction folds
+                code.line(f"const auto* __col = __pb + __n * {rhs_free}LL;")
+                if k < LANES:  # in order
                     code.line(f"{compute.compute} __acc = {zero};",
                               f"for (int64_t __k = 0; __k < {k}LL; ++__k) "
                               f"__acc = h2d::add(__acc, {term('__k')});",

@@ -27,6 +27,7 @@ from ..machine import (
     PARALLEL_PRODUCT_WORK,
     SKINNY_PART,
     SKINNY_SIDE,
+    SMALL_CONVOLUTION,
     SMALL_PRODUCT,
     Machine,
 )
@@ -302,5 +303,5 @@ def convolution_kernel(op: ir.Op, machine: Machine, tuned: bool) -> ProductKerne
     if blas and tuned:
         work = conv.rows * conv.group_out * conv.depth
         blas = (conv.group_in * conv.group_out >= NARROW_GROUPS
-                and (accumulate.is_complex or work > SMALL_PRODUCT))
+                and (accumulate.is_complex or work > SMALL_CONVOLUTION))
     return ProductKernel("blas" if blas else "loops")
