@@ -1,5 +1,5 @@
-"""The fuse_into_consumers pass: an elementwise value that only a reduction or a scatter
-reads is computed in that op's loops."""
+"""The fuse_into_consumers pass: an elementwise value that only a reduction, a scatter or
+a sort reads is computed in that op's loops."""
 
 
 from pass_util import check_pass, operands, planned
@@ -50,3 +50,32 @@ def test_only_fused_producers():
 def test_a_sum_of_squares_without_its_squares_written():
     x, = operands((2000, 300))
     check_pass("fuse_into_consumers", lambda x: (x * x).sum(), x, rtol=1e-5)
+
+
+def test_a_sort_computes_its_positions():
+    """``lax.top_k`` and ``jnp.argsort`` sort an iota beside the keys: the sort computes
+    each position where it reads it, and the iota is never written. f16 keys (stored as
+    bits) and a computed key (``-x``) are read as the sort's other operands are."""
+    import jax.numpy as jnp
+    from jax import lax
+
+    x, = operands((64, 300))
+
+    def ranks(x):
+        return (lax.top_k(x, 5), jnp.argsort(-x, axis=0, stable=True),
+                jnp.argsort(x.astype(jnp.float16)[:, 7]))
+
+    check_pass("fuse_into_consumers", ranks, x)
+    text = planned("""
+        func.func @main(%x: tensor<8x300xf32>) -> (tensor<8x300xf32>, tensor<8x300xi32>) {
+          %0 = stablehlo.iota dim = 1 : tensor<8x300xi32>
+          %1:2 = "stablehlo.sort"(%x, %0) ({
+            ^bb0(%a: tensor<f32>, %b: tensor<f32>, %c: tensor<i32>, %d: tensor<i32>):
+              %2 = stablehlo.compare GT, %a, %b, TOTALORDER
+                : (tensor<f32>, tensor<f32>) -> tensor<i1>
+              stablehlo.return %2 : tensor<i1>
+          }) {dimension = 1 : i64, is_stable = true}
+            : (tensor<8x300xf32>, tensor<8x300xi32>) -> (tensor<8x300xf32>, tensor<8x300xi32>)
+          return %1#0, %1#1 : tensor<8x300xf32>, tensor<8x300xi32>
+        }""", "fuse_elementwise", "fuse_into_consumers")
+    assert "#h2d.fused_operands<operands = array<i64: 1>>" in text

@@ -96,12 +96,13 @@ def _signature(block: ir.Block) -> dict[str, object]:
     return signature
 
 
-def _tuples(b: Builder, region: ir.Block, elements: Sequence[dtypes.ElementType], at: str,
-            positions: bool) -> tuple[list[str], str, list[str]]:
+def _tuples(b: Builder, region: ir.Block, elements: Sequence[dtypes.ElementType],
+            reads: Sequence[str], positions: bool) -> tuple[list[str], str, list[str]]:
     """C++ for the tuples sorted: their fields' types (the operands, then one key per
     distinct value the comparator computes from one side, then with ``positions`` the
     element's position), the statements declaring the tuple ``__x`` of the element ``__k``
-    (read from ``__in0...`` at ``at``), and the lambda ``__less`` comparing two tuples."""
+    (the operands' elements ``reads``, in compute types), and the lambda ``__less``
+    comparing two tuples."""
     boundary, comparator, one_sided = _split(region)
     signature = _signature(region)
     keys = {}  # signature -> (tuple field, value)
@@ -112,9 +113,8 @@ def _tuples(b: Builder, region: ir.Block, elements: Sequence[dtypes.ElementType]
         "stablehlo.return", tuple(v for _, v in keys.values()), ()),))
     key_lines, key_expressions = _region(
         b, ir.Block(region.arguments, tuple(ir.live_ops(computed))),
-        [elements[j // 2].load(f"__in{j // 2}[{at}]") for j in range(2 * len(elements))],
-        "__key")
-    fields = ([f"__in{k}[{at}]" for k in range(len(elements))] + key_expressions
+        [reads[j // 2] for j in range(2 * len(elements))], "__key")
+    fields = ([e.store(x) for e, x in zip(elements, reads)] + key_expressions
               + (["__k"] if positions else []))
     types = ([e.storage.ctype for e in elements]
              + [dtypes.of(v.type).compute for _, v in keys.values()]
@@ -158,7 +158,10 @@ def sort(b: Builder, op: ir.Op) -> list[Binding]:
     rows = map_params(rank - 1)
     indices = rows[:dimension] + ["0"] + rows[dimension:]
     at = f"__base + __k * {math.prod(shape[dimension + 1:])}LL"
-    types, element, less = _tuples(b, op.regions[0].entry, elements, at, select)
+    # an operand the plan fuses (the positions of argsort and top_k) is computed per element
+    inputs, computed, reads = b.pointer_reads(
+        op.operands, rows[:dimension] + ["__k"] + rows[dimension:], op)
+    types, element, less = _tuples(b, op.regions[0].entry, elements, reads, select)
     row = f"std::tuple<{', '.join(types)}>"
     code = Writer()
     code.line(f"const int64_t __base = {flat_index(shape, indices)};", *less)
@@ -171,7 +174,7 @@ def sort(b: Builder, op: ir.Op) -> list[Binding]:
                   "};")
     code.line(f"std::vector<{row}> __row;", f"__row.reserve({first if select else n});")
     with code.loops(Loop("__k", "0", str(n)), scalar=True):
-        code.line(element)
+        code.line(*computed, element)
         if select:  # a heap of the first elements so far takes every element in turn
             with code.block(f"if (__k < {first})"):
                 code.line("__row.push_back(__x);",
@@ -201,7 +204,6 @@ def sort(b: Builder, op: ir.Op) -> list[Binding]:
         with code.loops(Loop("__k", "0", str(prefix)), scalar=True):
             code.line(f"__out{k}[{at}] = std::get<{k}>(__row[__k]);")
     if outputs:  # else only empty slices of the results are read
-        inputs = {f"__in{k}": Whole(b.array(v)) for k, v in enumerate(op.operands)}
         work = n * max(1, math.ceil(math.log2(first if select else n)))
         b.emit.map("sort", shape[:dimension] + shape[dimension + 1:], code.text(), inputs,
                    outputs, work)
