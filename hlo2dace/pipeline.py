@@ -54,6 +54,9 @@ def cpu_passes(level: Level) -> list[Pass]:
         "alpha * A @ B passes alpha to BLAS; alpha * A is never written (h2d.scaled_dot)")
     add("fuse_elementwise", "plan", fusion.fuse_elementwise,
         "elementwise ops of one shape in one map; cheap producers recomputed (h2d.fusion)")
+    add("expensive_ops_alone", "plan", block_pass(fusion.expensive_ops_alone),
+        "an expensive op of a map over short strided rows runs in a contiguous map of "
+        "its own (h2d.own_map)")
     add("fuse_into_readers", "plan", block_pass(fusion.fuse_into_readers),
         "reshapes, gathers, concatenations, row reductions computed where read "
         "(h2d.computed_by_readers)")

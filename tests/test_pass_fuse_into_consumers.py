@@ -1,8 +1,13 @@
 """The fuse_into_consumers pass: an elementwise value that only a reduction, a scatter or
 a sort reads is computed in that op's loops."""
 
+import jax
+import jax.numpy as jnp
 
-from pass_util import check_pass, operands, planned
+import hlo2dace
+
+from pass_util import check_pass, code_of, operands, planned
+from util import assert_arrays_match
 
 
 def test_a_reduction_and_a_scatter_take_their_producers():
@@ -56,7 +61,6 @@ def test_a_sort_computes_its_positions():
     """``lax.top_k`` and ``jnp.argsort`` sort an iota beside the keys: the sort computes
     each position where it reads it, and the iota is never written. f16 keys (stored as
     bits) and a computed key (``-x``) are read as the sort's other operands are."""
-    import jax.numpy as jnp
     from jax import lax
 
     x, = operands((64, 300))
@@ -79,3 +83,19 @@ def test_a_sort_computes_its_positions():
           return %1#0, %1#1 : tensor<8x300xf32>, tensor<8x300xi32>
         }""", "fuse_elementwise", "fuse_into_consumers")
     assert "#h2d.fused_operands<operands = array<i64: 1>>" in text
+
+
+def test_a_tanh_that_two_consumers_read_is_computed_once():
+    """A value whose computation includes a ``tanh``, read by the updates of two
+    scatters, is written once, not computed by each of them (pyhpc isoneutral's
+    ``taper`` read by two ``.at[].set``s: its ``tanh`` was computed twice)."""
+    x, = operands((64, 300), dtype="float64")
+
+    def f(x):
+        taper = 0.5 * (1.0 + jnp.tanh(x[1:] * 3.0))
+        s = jnp.zeros_like(x).at[1:].set(taper * x[1:])
+        t = jnp.zeros_like(x).at[:-1].set(taper + 2.0)
+        return s * t
+
+    assert code_of(f, x).count("tanh_(") == 1
+    assert_arrays_match(jax.jit(f)(x), hlo2dace.jit(f)(x))

@@ -82,6 +82,16 @@ class Fusion(Annotation):
 
 
 @dataclass(frozen=True)
+class OwnMap(Annotation):
+    """An elementwise op computed by a map of its own, over its operands' arrays: the open
+    map of its shape is emitted first, and its readers read its result's array (XLA's
+    fusions end at a ``tanh`` too). ``row``: the innermost length that decided it."""
+
+    name: ClassVar[str] = "own_map"
+    row: int
+
+
+@dataclass(frozen=True)
 class FusionOptions(Annotation):
     """Of the module: how much elementwise readers recompute of the values they read
     through views (slices, transposes, broadcasts) instead of reading them from memory:

@@ -498,13 +498,15 @@ def recomputed_reads(binding: Union[Pending, PendingView], budget: int,
                      shared_expensive: bool = True, pointwise: bool = False
                      ) -> list[Binding] | None:
     """What recomputing ``binding`` element by element reads (arrays, views, literals,
-    concatenations, values in arrays, and with ``shared_expensive`` pending values of
-    expensive ops with other users, to be written first), or None if it takes more than
+    concatenations, values in arrays, and with ``shared_expensive`` pending values with
+    other users whose recomputation computes an expensive op, to be written first: XLA
+    does not copy a fusion with a ``tanh`` into each of its consumers, and pyhpc's
+    isoneutral computed each ``tanh`` taper twice, once per scatter), or None if it takes more than
     ``budget`` ops, or with ``pointwise`` if it reads a view of a pending value (then what
     it reads is not read at the point it computes, through the views above). An op counts
     once per point it is computed at, as ``fusion.Recompute`` emits it: a value that two
     ops read at one point (``where(r * d > 0, 0, r)``) is computed once."""
-    reads, ops, seen = [], 0, set()
+    reads, ops, seen, expensive = [], 0, set(), {}
     stack = [(binding, tuple(map_params(binding.type.rank)))]
     while stack:
         item, point = stack.pop()
@@ -522,8 +524,9 @@ def recomputed_reads(binding: Union[Pending, PendingView], budget: int,
             continue
         seen.add(key)
         op = item.op
-        if (shared_expensive and item is not binding and registry.record(op.name).expensive
-                and len(item.scope.uses.get(item.value.name, ())) > 1):
+        if (shared_expensive and item is not binding
+                and len(item.scope.uses.get(item.value.name, ())) > 1
+                and _computes_expensive(item, expensive)):
             reads.append(item)
             continue
         ops += 1
@@ -531,3 +534,25 @@ def recomputed_reads(binding: Union[Pending, PendingView], budget: int,
             return None
         stack.extend((item.scope.env[v.name], point) for v in op.operands)
     return reads
+
+
+def _computes_expensive(binding: Pending, known: dict[tuple[int, str], bool]) -> bool:
+    """Whether recomputing the unresolved ``binding`` computes an expensive op (``known``:
+    the answers so far, by key; a walk without recursion, for chains of any length)."""
+    stack = [binding]
+    while stack:
+        item = stack[-1]
+        if item.key in known:
+            stack.pop()
+            continue
+        operands = [operand.pending for operand in (item.scope.env[v.name]
+                                                    for v in item.op.operands)
+                    if operand.is_pending and operand.pending.unresolved]
+        waiting = [operand for operand in operands if operand.key not in known]
+        if waiting and not registry.record(item.op.name).expensive:
+            stack.extend(waiting)
+            continue
+        stack.pop()
+        known[item.key] = registry.record(item.op.name).expensive or any(
+            known[operand.key] for operand in operands)
+    return known[binding.key]

@@ -37,6 +37,7 @@ from ..plan.annotations import (
     Fusion,
     FusionOptions,
     InPlace,
+    OwnMap,
     annotation,
     module_annotation,
 )
@@ -530,6 +531,12 @@ class Builder:
                 # multiplication, no branch for a zero divisor)
                 return [Literal(known.flat[0], t)]
         shape = tuple(t.shape)
+        alone = annotation(op, OwnMap) is not None
+        if alone:  # a map of its own over its operands' arrays, the open one emitted first
+            for operand in op.operands:
+                self.readable(operand)
+            if shape in self.open_clusters:
+                self.close_cluster(self.open_clusters[shape])
         for operand in op.operands:
             binding = self.binding(operand)
             if isinstance(binding, PendingView):
@@ -549,7 +556,7 @@ class Builder:
                 self.readable(operand)  # read from another shape's cluster: emit that one
         cluster.members.append((op, self.scope))
         results = [Pending(cluster, result, self.scope, op) for result in op.results]
-        if annotation(op, Fusion) is None:  # the plan fuses it with nothing
+        if alone or annotation(op, Fusion) is None:  # the plan fuses it with nothing
             for result, pending in zip(op.results, results):
                 self.scope.env[result.name] = pending
             self.close_cluster(cluster)
