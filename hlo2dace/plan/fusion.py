@@ -8,6 +8,7 @@ carries them out."""
 from __future__ import annotations
 
 from .. import ir, symbolic
+from ..translate import dtypes
 from ..translate.registry import elementwise_rule, record
 from .analysis import BlockUses, over_rows
 from .annotations import (
@@ -60,7 +61,10 @@ def expensive_ops_alone(block: ir.Block, uses: BlockUses, context: PassContext
     speed over contiguous arrays: pyhpc's isoneutral at 4,096 points (rows of 3 of 4)
     spent 13 us per taper, against 6 us with the ``tanh`` in a contiguous loop of its
     own. Broadcasts do not count: a broadcast row is read contiguously, again and again
-    (pyhpc's equation of state, one map of 300 ops, lost 6x when split)."""
+    (pyhpc's equation of state, one map of 300 ops, lost 6x when split). Only where the
+    value fits in the core's L2 cache: written to memory and read back, it costs more than
+    the gathers (``tanh`` of a sum of two slices of 3000 x 51 x 7 doubles: 2.78 ms split,
+    2.41 fused; 400 x 51 x 7: 0.24 split, 0.32 fused)."""
     short = context.machine.short_row
     groups = [fused.group if (fused := annotation(op, Fusion)) is not None else None
               for op in block.ops]
@@ -71,6 +75,7 @@ def expensive_ops_alone(block: ir.Block, uses: BlockUses, context: PassContext
         t = op.results[0].type if group is not None else None
         if (group in strided and record(op.name).expensive and t.rank >= 2 and t.is_static
                 and t.shape[-1] < short <= t.size
+                and t.size * dtypes.of(t).storage_numpy.itemsize <= context.machine.l2_bytes
                 and _crossing(block.ops, groups, k) <= CROSSING_ARRAYS):
             op = annotated(op, OwnMap(t.shape[-1]))
         ops.append(op)
