@@ -504,7 +504,7 @@ class Builder:
                 continue
             array = arrays[f"__in{k}"] = self.array(value)
             flat = flat_index(array.type.shape, indices)
-            expressions.append(dtypes.of(value.type).load(f"__in{k}[{flat}]"))
+            expressions.append(dtypes.of(value.type).read(f"__in{k}", flat))
         return {conn: Whole(array) for conn, array in arrays.items()}, lines, expressions
 
     def emit_row_reductions(self, rows: list[RowReduction], targets: list[Array]) -> None:

@@ -432,11 +432,11 @@ def _fold(b: Builder, op: ir.Op, gathered: Sequence[Array], count: int,
     size = int(np.prod(shape, dtype=np.int64))
     code = Writer()
     for j, element in enumerate(elements):
-        code.line(f"{element.compute} __acc{j} = {element.load(f'__g{j}[{here}]')};")
+        code.line(f"{element.compute} __acc{j} = {element.read(f'__g{j}', here)};")
     with code.loops(Loop("__k", "1", str(count))):
         for j, element in enumerate(elements):
             code.line(f"const {element.compute} __x{j} = "
-                      f"{element.load(f'__g{j}[__k * {size} + {here}]')};")
+                      f"{element.read(f'__g{j}', f'__k * {size} + {here}')};")
         code.lines(body)
         code.lines([f"__acc{j} = {expression};" for j, expression in enumerate(returned)])
     code.lines([f"__out{j} = {element.store(f'__acc{j}')};"

@@ -562,7 +562,7 @@ class Recompute:
             source = binding.source
             array = source.source if isinstance(source, View) else source
             at = flat_index(array.type.shape, binding.source_point(point))
-            return dtypes.of(binding.type).load(f"{self._pointer(array)}[{at}]")
+            return dtypes.of(binding.type).read(self._pointer(array), at)
         if isinstance(binding, Reshaped):
             binding = binding.materialised[0]
         if isinstance(binding, RowReduction) and not binding.materialised \
@@ -582,8 +582,8 @@ class Recompute:
         subscripts = binding.subscripts(len(point), point)
         if self.pointers is not None:
             source = binding.source if isinstance(binding, View) else binding
-            return element.load(f"{self._pointer(source)}"
-                                f"[{flat_index(source.type.shape, subscripts)}]")
+            return element.read(self._pointer(source),
+                                flat_index(source.type.shape, subscripts))
         conn = f"{self.prefix}{len(self.in_conns)}"
         self.in_conns[conn] = element.storage
         self.in_edges.append((self.emit.read(binding.data), conn,
@@ -623,8 +623,7 @@ class Recompute:
                 position = axes_point(source.axes, position)
             element = dtypes.of(gathered.type)
             name = f"{self.prefix}v{len(self.done)}"
-            read = element.load(f"{self._pointer(array)}"
-                                f"[{flat_index(array.type.shape, position)}]")
+            read = element.read(self._pointer(array), flat_index(array.type.shape, position))
             self.lines.append(f"const {element.compute} {name} = {read};  {gathered.origin}")
             self.done[key] = name
         return self.done[key]

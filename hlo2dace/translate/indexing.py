@@ -485,7 +485,7 @@ def scatter(b: Builder, op: ir.Op) -> list[Binding]:
                       "} while (!__atomic_compare_exchange_n(__p, &__old, __new, true, "
                       "__ATOMIC_RELAXED, __ATOMIC_RELAXED));")
         else:
-            code.lines(f"const {e.compute} __c{k} = {e.load(f'__res{k}[__at]')};"
+            code.lines(f"const {e.compute} __c{k} = {e.read(f'__res{k}', '__at')};"
                        for k, e in enumerate(elements))
             code.lines(body)
             code.lines(f"__res{k}[__at] = {e.store(r)};"

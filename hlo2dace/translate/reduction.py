@@ -98,7 +98,7 @@ def _array_reads(arrays: Sequence[Array], indices: Sequence[str],
         return {}, [], []
     flat = flat_index(arrays[0].type.shape if shape is None else shape, indices)
     return ({f"__in{k}": Whole(a) for k, a in enumerate(arrays)}, [],
-            [dtypes.of(a.type).load(f"__in{k}[{flat}]") for k, a in enumerate(arrays)])
+            [dtypes.of(a.type).read(f"__in{k}", flat) for k, a in enumerate(arrays)])
 
 
 def _operand_reads(b: Builder, op: ir.Op, values: Sequence[ir.Value],
@@ -663,7 +663,7 @@ def _scan(b: Builder, op: ir.Op, dimension: int, forward: bool, exclusive: bool
                   f"__base[__l] = (__row / {inner}LL) * {n * inner}LL + __row % {inner}LL;")
     with code.loops(Loop("__k", "0", str(n)), Loop("__l", "0", "__lanes")):
         code.line(f"__rows[__k * __lanes + __l] = "
-                  f"{element.load(f'__in0[__base[__l] + __k * {inner}LL]')};")
+                  f"{element.read('__in0', f'__base[__l] + __k * {inner}LL')};")
     with code.block(f"auto __body = [&](const {value} __a, const {value} __x)", end="};"):
         code.lines(body)
         code.line(f"return {returned};")
@@ -723,12 +723,12 @@ def select_and_scatter(b: Builder, op: ir.Op) -> list[Binding]:
                                                   scalar=True))
                 code.line(f"const int64_t __p{d} = {position[d]};",
                           f"if (__p{d} < 0 || __p{d} >= {shape[d]}) continue;")
-            code.line(f"const {element.compute} __x = {element.load(f'__op[{candidate}]')};",
+            code.line(f"const {element.compute} __x = {element.read('__op', candidate)};",
                       f"if (__chosen < 0) {{ __chosen = {candidate}; __best = __x; continue; }}")
             code.lines(select_lines)
             code.line(f"if (!({keep})) {{ __chosen = {candidate}; __best = __x; }}")
         with code.block(f"if (__chosen == {here})"):
-            code.line(f"const {result.compute} __y = {result.load(f'__src[{window_index}]')};")
+            code.line(f"const {result.compute} __y = {result.read('__src', window_index)};")
             code.lines(scatter_lines)
             code.line(f"__acc = {combined};")
     code.line(f"__out0 = {result.store('__acc')};")
