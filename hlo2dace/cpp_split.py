@@ -394,7 +394,9 @@ _UNSHAREABLE_WORD = re.compile(rf"\b({'|'.join(sorted(_UNSHAREABLE))})\b")
 
 def restrict_state_pointers(code: str, functions: list[str]) -> str:
     """``code`` with the state's array pointers that ``functions`` (names defined in
-    ``code``) use read through ``const __restrict__`` locals of each function."""
+    ``code``) use read through ``const __restrict__`` locals of each function, and their
+    parameters that are arrays of ``bool`` they only index read as bytes (``_local``)."""
+    code = _bool_parameters_as_bytes(code, functions)
     fields = _state_fields(code)
     if not fields:
         return code
@@ -427,6 +429,29 @@ def restrict_state_pointers(code: str, functions: list[str]) -> str:
         rewritten += [code[done:begin], body]
         done = end
     return "".join(rewritten) + code[done:]
+
+
+def _bool_parameters_as_bytes(code: str, functions: list[str]) -> str:
+    """``code`` with each of ``functions``' parameters that is an array of ``bool`` it only
+    indexes read through a local pointer to its bytes (``_local``): the program's own
+    arguments (a ``jnp.where`` by a mask passed in ran scalar at 1.9x XLA's time)."""
+    for name in functions:
+        header = re.search(rf"\b{re.escape(name)}\s*\(([^()]*)\)\s*\{{", code)
+        declared = _parameters(header.group(1)) if header else None
+        span = _bodies(code, [name]).get(name) if declared else None
+        if span is None:
+            continue
+        begin, end = span
+        body = code[begin:end]
+        renamed = {p: f"{p}_bools" for p, kind in declared.items()
+                   if _BOOL_POINTER.match(kind.replace("__restrict__", "").strip())
+                   and _indexed_only(body, list(re.finditer(rf"\b{p}\b", body)))}
+        if not renamed:
+            continue
+        body = re.sub(rf"\b({'|'.join(renamed)})\b", lambda m: f"{m.group(1)}_bools", body)
+        locals_ = "".join(_local(local, "bool *", p, True) for p, local in renamed.items())
+        code = code[:begin] + locals_ + body + code[end:]
+    return code
 
 
 #: the state's field for the one allocation that ``place_in_arena`` places arrays in
