@@ -44,14 +44,10 @@ from dataclasses import dataclass
 #: GCC knows nothing of the arrays' ``__restrict__``, and a loop over more than four arrays
 #: needs more than its default of 10 run-time overlap checks to vectorise: it stayed scalar
 #: (mandelbrot's fused iteration over seven carried arrays); with 64, it vectorises behind
-#: the checks. GCC 12's partial redundancy elimination puts a map loop's read of a scalar
-#: written before it (a loop body's step size) into the loop's latch, where the vectoriser
-#: refuses the loop ("latch block not empty"): without PRE (-fno-tree-pre), everyday
-#: logistic_regression_gd small 0.258 -> 0.112 ms, conjugate_gradient_poisson 0.435 ->
-#: 0.147, NPBench cholesky S 0.75 -> 0.34 and lu 0.35 -> 0.25; PRE changes no result.
+#: the checks.
 BASE_FLAGS = ("-Wall -Wextra -fno-math-errno -Wno-unused-parameter "
               "-Wno-unused-label -Wno-unused-variable -Wno-unused-but-set-variable "
-              "-ffp-contract=off --param vect-max-version-for-alias-checks=64 -fno-tree-pre")
+              "-ffp-contract=off --param vect-max-version-for-alias-checks=64")
 
 
 def target_isa() -> str:
