@@ -142,13 +142,9 @@ def outlined_functions(code: str, library: str, functions: Sequence[tuple[str, l
             return None
         # an array of bool that the block only indexes is read as bytes, as the program's
         # own function reads it (``_local``): a loop that selects by a mask vectorises
-        locals_, names = [], {}
-        for p in parameters:
-            pointer = declared[p].replace("__restrict__", "").strip()
-            if _BOOL_POINTER.match(pointer) and _indexed_only(
-                    body, list(re.finditer(rf"\b{p}\b", body))):
-                names[p] = f"{p}_bools"
-                locals_.append(_local(p, pointer, names[p], True))
+        names = {p: f"{p}_bools" for p in _indexed_bools({p: declared[p] for p in parameters},
+                                                         body)}
+        locals_ = [_local(p, "bool *", local, True) for p, local in names.items()]
         signature = (f'__attribute__((visibility("hidden"), noinline)) void {name}('
                      + ", ".join(f"{declared[p]} {names.get(p, p)}" for p in parameters) + ")")
         if locals_:
@@ -443,15 +439,21 @@ def _bool_parameters_as_bytes(code: str, functions: list[str]) -> str:
             continue
         begin, end = span
         body = code[begin:end]
-        renamed = {p: f"{p}_bools" for p, kind in declared.items()
-                   if _BOOL_POINTER.match(kind.replace("__restrict__", "").strip())
-                   and _indexed_only(body, list(re.finditer(rf"\b{p}\b", body)))}
+        renamed = _indexed_bools(declared, body)
         if not renamed:
             continue
         body = re.sub(rf"\b({'|'.join(renamed)})\b", lambda m: f"{m.group(1)}_bools", body)
-        locals_ = "".join(_local(local, "bool *", p, True) for p, local in renamed.items())
+        locals_ = "".join(_local(f"{p}_bools", "bool *", p, True) for p in renamed)
         code = code[:begin] + locals_ + body + code[end:]
     return code
+
+
+def _indexed_bools(declared: dict[str, str], body: str) -> list[str]:
+    """The parameters of ``declared`` (name -> type) that are arrays of ``bool`` which
+    ``body`` only indexes: those ``_local`` may read as bytes."""
+    return [p for p, kind in declared.items()
+            if _BOOL_POINTER.match(kind.replace("__restrict__", "").strip())
+            and _indexed_only(body, list(re.finditer(rf"\b{p}\b", body)))]
 
 
 #: the state's field for the one allocation that ``place_in_arena`` places arrays in

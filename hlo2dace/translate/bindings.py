@@ -548,11 +548,11 @@ def _computes_expensive(binding: Pending, known: dict[tuple[int, str], bool]) ->
         operands = [operand.pending for operand in (item.scope.env[v.name]
                                                     for v in item.op.operands)
                     if operand.is_pending and operand.pending.unresolved]
+        expensive = registry.record(item.op.name).expensive
         waiting = [operand for operand in operands if operand.key not in known]
-        if waiting and not registry.record(item.op.name).expensive:
+        if waiting and not expensive:
             stack.extend(waiting)
             continue
         stack.pop()
-        known[item.key] = registry.record(item.op.name).expensive or any(
-            known[operand.key] for operand in operands)
+        known[item.key] = expensive or any(known[operand.key] for operand in operands)
     return known[binding.key]
