@@ -29,7 +29,7 @@ from .optimize import Level
 from .plan import fusion, matvec, products, readers, updates
 from .plan.passes import STAGES, Pass, PassContext, block_pass, remove_dead_ops
 from .sdfg_build import CODE_PASSES
-from .sdfg_passes import buffers, device, rows, threads, tiling
+from .sdfg_passes import buffers, device, registers, rows, threads, tiling
 
 
 def cpu_passes(level: Level) -> list[Pass]:
@@ -92,6 +92,8 @@ def cpu_passes(level: Level) -> list[Pass]:
         "tiny innermost loops run outside a long one, vectorised with strides")
     add("share_leading_loops", "sdfg", threads.share_leading_loops,
         "short outer loops of a parallel map collapsed until every thread has work")
+    add("zero_d_values_in_registers", "sdfg", registers.zero_d_values_in_registers,
+        "0-d values that one state computes and reads live in registers, not memory")
     add("reuse_transients", "sdfg", buffers.reuse_transients,
         "transients of one shape never live at once share one array (liveness in program "
         "order)")
