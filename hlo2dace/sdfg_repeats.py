@@ -5,7 +5,8 @@ holds each of its distinct maps a dozen times: 638 of its 648 maps are of 45 kin
 code generation costs time per node, as does the C++ compiler per line it is given. So
 before code generation each map scope that occurs more than once (the same map, tasklets,
 memlets and registers, on arrays of the same types, shapes and strides) becomes one
-tasklet per occurrence, which calls a function with the arrays' base pointers; the
+tasklet per occurrence, which calls a function with the arrays' base pointers (and the
+values of the scalars it reads); the
 function's code is DaCe's, generated once from the first occurrence, moved into an SDFG
 of its own (``Outlined.library``) whose arguments are the scope's arrays. ``cpp_split``
 turns that SDFG's code into the functions.
@@ -161,6 +162,9 @@ class _Scope:
                 return None
             key.append(described)
         outer = [name for name in names if name not in registers]
+        written = {e.data.data for e in state.out_edges(exit_)}
+        if any(type(arrays[n]) is dace.data.Scalar and n in written for n in outer):
+            return None  # a scalar read is passed by value: one written is not outlined
         return cls(state, nodes, outer, tuple(key))
 
     def copy_into(self, library: Any, sdfg: Any, k: int) -> None:
@@ -215,7 +219,8 @@ class _Scope:
         environments = set()
         for node in self.nodes:
             environments |= set(getattr(node, "environments", ()))
-        inputs = {f"__r{j}": dace.pointer(arrays[n].dtype)
+        inputs = {f"__r{j}": arrays[n].dtype if type(arrays[n]) is dace.data.Scalar
+                  else dace.pointer(arrays[n].dtype)
                   for j, n in enumerate(self.outer) if n in sources}
         outputs = {f"__w{j}": dace.pointer(arrays[n].dtype)
                    for j, n in enumerate(self.outer) if n in targets}
@@ -282,10 +287,7 @@ def _described(descriptor: Any, register: bool) -> tuple | None:
     outlined may not reach (a view, a stream, a symbolic or offset array)."""
     import dace
 
-    if register:
-        if type(descriptor) not in (dace.data.Scalar, dace.data.Array):
-            return None
-    elif type(descriptor) is not dace.data.Array:
+    if type(descriptor) not in (dace.data.Scalar, dace.data.Array):
         return None
     sizes = (*descriptor.shape, *descriptor.strides, *descriptor.offset,
              descriptor.total_size, descriptor.start_offset)
