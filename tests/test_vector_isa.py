@@ -252,6 +252,8 @@ def test_each_level_matches_xla(level, monkeypatch):
     library = next(jitted.lower(inputs).compile().folder.rglob("libh2d_*.so")).read_bytes()
     letter = ISA_LEVELS[level][0]
     called = set(re.findall(rf"_ZGV{letter}N\d+v+_(\w+?)f?\b".encode(), library))
+    # (less h2d's own vector functions, which every library defines: h2d/floats.h's F16C)
+    called = {name for name in called if not name.startswith(b"h2d_")}
     assert called == {name.encode() for name in _vector_math_functions()}, called
 
 
