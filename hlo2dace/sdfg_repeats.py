@@ -6,10 +6,9 @@ code generation costs time per node, as does the C++ compiler per line it is giv
 before code generation each map scope that occurs more than once (the same map, tasklets,
 memlets and registers, on arrays of the same types, shapes and strides) becomes one
 tasklet per occurrence, which calls a function with the arrays' base pointers (and the
-values of the scalars it reads); the
-function's code is DaCe's, generated once from the first occurrence, moved into an SDFG
-of its own (``Outlined.library``) whose arguments are the scope's arrays. ``cpp_split``
-turns that SDFG's code into the functions.
+values of the scalars it reads); the function's code is DaCe's, generated once from the
+first occurrence, moved into an SDFG of its own (``Outlined.library``) whose arguments
+are the scope's arrays. ``cpp_split`` turns that SDFG's code into the functions.
 
 Only plain scopes are outlined: a map that is not nested, holding tasklets and the
 registers between them, reading and writing arrays (no views, no symbols, no offsets);
