@@ -340,6 +340,19 @@ def live_ops(block: Block, returned: Sequence[int] | None = None) -> list[Op]:
     return live[::-1]
 
 
+def combiner(op: Op) -> Op | None:
+    """The op of ``op``'s body (a reduction's, a scatter's) if the body applies one binary
+    op to its two arguments and returns its result; None otherwise."""
+    block = op.regions[0].entry
+    if len(block.arguments) != 2 or len(block.ops) != 2:
+        return None
+    (inner, terminator) = block.ops
+    if (terminator.operands != inner.results
+            or set(inner.operands) != set(block.arguments) or len(inner.operands) != 2):
+        return None
+    return inner
+
+
 def collect_uses(ops: Sequence[Op]) -> dict[str, list[Op]]:
     """Value name -> the ops among ``ops`` that use it, ops nested in regions counted as
     uses by the top-level op that holds them."""

@@ -108,6 +108,31 @@ def test_empty_and_zero_dimensional():
     assert_matches_jax(f, np.zeros((0, 3)), np.float64(2.5), np.arange(6.0).reshape(2, 3))
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int32, np.bool_, np.complex64],
+                         ids=dtype_id)
+def test_reductions_that_reduce_nothing_are_reshapes(dtype):
+    """Reductions over axes of length 1 from their reducer's identity are reshapes, as
+    XLA's simplifier has them (``frontend/xla_rewrites.py``): -0.0 stays -0.0 (``+0 + -0``
+    is ``+0``), NaN stays, no loop is left; with another initial value, the spec's
+    ``init + x`` is kept (XLA drops the initial value there)."""
+    x = sample(dtype, (7, 1, 3)) if dtype is not np.bool_ \
+        else np.arange(21).reshape(7, 1, 3) % 3 == 0
+    if np.dtype(dtype).kind in "fc":
+        x[:3, 0, 0] = [-0.0, np.nan, -np.inf]
+
+    def f(x):
+        if dtype is np.bool_:
+            return x.any(1), x.all(1), lax.reduce_xor(x, (1,))
+        return x.sum(1), x.prod(1), (x.max(1), x.min(1)) if np.dtype(dtype).kind != "c" else ()
+
+    assert_matches_jax(f, x)
+    lowered = hlo2dace.jit(f).lower(x).as_planned_text()
+    assert "stablehlo.reduce" not in lowered and "stablehlo.reshape" in lowered
+    if dtype is np.float32:
+        other_init = hlo2dace.jit(lambda x: lax.reduce(x, np.float32(2), lax.add, (1,)))(x)
+        np.testing.assert_array_equal(np.asarray(other_init), x[:, 0] + 2)
+
+
 def test_bf16_and_f16_accumulate_like_xla():
     x = np.linspace(-3, 3, 300).astype(ml_dtypes.bfloat16).reshape(3, 100)
     h = np.linspace(-3, 3, 300).astype(np.float16).reshape(100, 3)

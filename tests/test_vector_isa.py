@@ -386,6 +386,26 @@ def test_bool_arrays_read_through_pointers_vectorise(level, tmp_path):
     assert re.search(r"mask\.cc:3:\d+: optimized: loop vectorized", done.stderr), done.stderr
 
 
+@pytest.mark.parametrize("level", ["x86-64-v3", "x86-64-v4"])
+def test_comparisons_converted_to_floats_vectorise(level, tmp_path):
+    """``k(x, x) + 0.1 * jnp.eye(n)``: a row loop that converts a comparison of indices to
+    float beside an exponential of floats vectorises (GCC 12 vectorised no ``(float)bool``
+    there: a Gaussian process's kernel matrix took 7.8 ms for 0.55)."""
+    source = tmp_path / "eye.cc"
+    source.write_text("\n".join([
+        '#include "h2d/ops.h"',
+        "void eye(const float* __restrict x, float* __restrict o, int i, int n) {",
+        "    for (int j = 0; j < n; j++) o[j] = h2d::mul_add(0.1f, "
+        "h2d::convert<float>(h2d::convert<int32_t>((int64_t)i) == j), "
+        "h2d::exp_(h2d::mul(x[i] - x[j], x[i] - x[j])));",
+        "}"]) + "\n")
+    done = subprocess.run(["g++", *_compile_flags(level), f"-I{HEADERS}",
+                           "-fopt-info-vec-optimized", "-c", str(source), "-o",
+                           str(tmp_path / "eye.o")], capture_output=True, text=True,
+                          check=True)
+    assert re.search(r"eye\.cc:3:\d+: optimized: loop vectorized", done.stderr), done.stderr
+
+
 def test_a_causal_softmax_matches_xla():
     """The masked rows (-inf past the diagonal) through the row loops that read the mask
     as bytes, and the exponential of -inf and of arguments below ln(FLT_MIN) as zeros."""

@@ -293,22 +293,10 @@ def _emit(b: Builder, op: ir.Op, loops: Sequence[Loop], guard: str,
     return targets
 
 
-def _reducer(op: ir.Op) -> ir.Op | None:
-    """The op of a reducer body that applies one binary op to its two arguments."""
-    block = op.regions[0].entry
-    if len(block.arguments) != 2 or len(block.ops) != 2:
-        return None
-    (reducer, terminator) = block.ops
-    if (terminator.operands != reducer.results
-            or set(reducer.operands) != set(block.arguments) or len(reducer.operands) != 2):
-        return None
-    return reducer
-
-
 def _identity(op: ir.Op) -> object | None:
     """The identity of the reducer body if it is one associative, commutative op of its two
     arguments whose identity is exact (its record's ``identity``; None otherwise)."""
-    reducer = _reducer(op)
+    reducer = ir.combiner(op)
     if reducer is None:
         return None
     identity = registry.record(reducer.name).identity
@@ -319,7 +307,7 @@ def _key_fold(op: ir.Op) -> str | None:
     """For a maximum or minimum of floats, the C++ that folds two order keys
     (``h2d::order_key``): in lanes, such a reduction folds keys, in a third of the time of
     folding values with ``h2d::max_`` (the row maximum of NPBench's softmax)."""
-    reducer = _reducer(op)
+    reducer = ir.combiner(op)
     if reducer is None or dtypes.of(op.results[0].type).compute not in ("float", "double"):
         return None
     return {"stablehlo.maximum": "std::max", "stablehlo.minimum": "std::min"}.get(reducer.name)
@@ -334,7 +322,7 @@ def _byte_fold(op: ir.Op) -> str | None:
     """For an ``any``, ``all`` or parity of booleans, the C++ operator that folds them as
     bytes: GCC 12 vectorises lanes of ``uint8_t`` folded by ``|``, not lanes of ``bool``
     (a ``while_loop`` whose condition is an ``any`` stayed scalar there)."""
-    reducer = _reducer(op)
+    reducer = ir.combiner(op)
     if reducer is None or dtypes.of(op.results[0].type).compute != "bool":
         return None
     return _BYTE_OPERATORS.get(reducer.name)
@@ -344,7 +332,7 @@ def _order_free(op: ir.Op) -> bool:
     """Whether ``op``'s partial results give the same bits folded in any order: a body of
     integers or booleans, or a maximum or minimum (float sums and products round
     differently, and keep the order they have always had)."""
-    reducer = _reducer(op)
+    reducer = ir.combiner(op)
     element = dtypes.of(op.results[0].type)
     return reducer is not None and (
         reducer.name in ("stablehlo.maximum", "stablehlo.minimum")
@@ -371,7 +359,7 @@ def _as_library_node(b: Builder, op: ir.Op) -> list[Binding] | None:
     """A reduction of one array by one op from a literal init value, as DaCe's Reduce
     node where the target has one (``library.reduce_node``): not where the plan has it
     compute its operand in its loop (``FusedOperands``)."""
-    reducer = _reducer(op)
+    reducer = ir.combiner(op)
     if len(op.operands) != 2 or reducer is None:
         return None
     operand, init = op.operands

@@ -38,6 +38,8 @@ template <typename To, typename From> H2D_FN inline To convert(From x) {
         else return To(convert<R>(x), R(0));
     } else if constexpr (std::is_same_v<To, bool>) {
         return x != From(0);
+    } else if constexpr (std::is_same_v<From, bool> && std::is_arithmetic_v<To>) {
+        return x ? To(1) : To(0);  // GCC 12 vectorises no (float)bool in a loop with others
     } else if constexpr (is_int<To> && std::is_floating_point_v<From>) {
         if (std::isnan(x)) return 0;
         if (x <= (From)std::numeric_limits<To>::min()) return std::numeric_limits<To>::min();
