@@ -31,6 +31,7 @@ from hlo2dace.errors import UnsupportedError
 from hlo2dace.translate.dtypes import element_of_numpy
 from hlo2dace.xla import run_module
 
+from pass_util import code_of
 from util import (
     ALL_DTYPES,
     COMPLEX_DTYPES,
@@ -509,6 +510,32 @@ def test_f16_nans_keep_their_bits_until_converted():
     wrong = {key: (_bits(actual[key]).tolist(), _bits(e).tolist())
              for key, e in expected.items() if not np.array_equal(_bits(actual[key]), _bits(e))}
     assert not wrong, wrong
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16], ids=dtype_id)
+def test_16_bit_results_of_exact_ops_are_not_rounded_again(dtype):
+    """A maximum, select, clamp, negation, abs, sign or floor of 16-bit floats is a value
+    the type holds, so it is not rounded (``ElementType.fit``'s ``exact``): every one of
+    the 2^16 bit patterns against another, bit for bit as XLA but for NaNs' payloads (XLA's
+    maximum of a number and a NaN is its canonical NaN, of two equal NaNs that NaN)."""
+    x = _bit_patterns(16).view(dtype)
+    y = np.random.default_rng(0).permutation(x)
+
+    def fun(x, y):
+        return {"max": jnp.maximum(x, y), "min": jnp.minimum(x, y),
+                "select": jnp.where(x > y, x, y), "clamp": lax.clamp(y, x, x + y),
+                "neg_abs": -jnp.abs(x), "sign": jnp.sign(x), "floor": jnp.floor(x),
+                "round": jnp.round(y)}
+
+    expected = jax.jit(fun)(x, y)
+    actual = hlo2dace.jit(fun)(x, y)
+    wrong = [key for key, e in expected.items()
+             if not np.array_equal(np.isnan(actual[key]), np.isnan(e))
+             or not np.array_equal(_bits(actual[key])[~np.isnan(e)], _bits(e)[~np.isnan(e)])]
+    assert not wrong, f"bit patterns differ: {wrong}"
+    rounding = "round_f16" if dtype is np.float16 else "round_bf16"
+    code = code_of(lambda x, y: jnp.maximum(jnp.floor(-x), jnp.abs(y)), x, y)
+    assert rounding not in code, code
 
 
 def test_bitcast_convert_changing_width():

@@ -62,9 +62,14 @@ class ElementType:
         """C++ that turns a computed value into what the array holds."""
         return f"h2d::float_to_{self.rounding}({expression})" if self.rounding else expression
 
-    def fit(self, expression: str) -> str:
+    def fit(self, expression: str, exact: bool = False) -> str:
         """C++ that rounds or wraps a freshly computed value to this type's precision (a
-        small float's through its ``via`` type, as XLA computes it)."""
+        small float's through its ``via`` type, as XLA computes it). ``exact``: the value
+        is one its operands' type holds (the op's record says so: a maximum, a negation),
+        which an f16 or bf16 keeps without rounding; smaller ones are rounded (an unsigned
+        f8's negation is a NaN) and narrow integers wrapped (an i4's negation wraps)."""
+        if exact and self.rounding and not self.is_small_float:
+            return expression
         if self.via:  # a NaN passes unchanged: its payload is a small float's NaN code
             return (f"h2d::round_{self.rounding}(h2d::unless_nan<h2d::round_{self.via}>"
                     f"({expression}))")

@@ -273,6 +273,10 @@ IDENTITIES = {
 #: readers rather than recomputed by each (as XLA will not duplicate them)
 EXPENSIVE = {"tanh", "exponential", "exponential_minus_one", "log", "log_plus_one",
              "logistic", "sine", "cosine", "tan", "power", "atan2", "cbrt"}
+#: ops whose result is an operand's value or one the operands' type holds: an f16's or
+#: bf16's result is not rounded again (an f16 ReLU computed ``round_f16(max(x, 0))``)
+EXACT = {"maximum", "minimum", "select", "clamp", "abs", "negate", "sign", "floor", "ceil",
+         "round_nearest_afz", "round_nearest_even"}
 
 
 def _known_binary(function):
@@ -367,6 +371,7 @@ for _name, _expression in [*((n, _from_template(t)) for n, t in TEMPLATES.items(
     register_elementwise(f"stablehlo.{_name}", _expression,
                          when=_same_width if _name == "bitcast_convert" else None,
                          identity=IDENTITIES.get(_name), expensive=_name in EXPENSIVE,
+                         exact=_name in EXACT,
                          known=KNOWN.get(_name), value_rule=VALUE_RULES.get(_name))
 
 

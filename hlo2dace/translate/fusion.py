@@ -475,7 +475,8 @@ def _emit_interval(emit: Emitter, cluster: ElementwiseCluster, outputs: dict,
                 expression = registry.elementwise_rule(op).at(op, args, in_types, out_type,
                                                               map_params(rank))
             name = code.names[key] = f"__v{index}"
-            code.lines.append(f"const {out_type.compute} {name} = {out_type.fit(expression)};")
+            fitted = out_type.fit(expression, registry.record(op.name).exact)
+            code.lines.append(f"const {out_type.compute} {name} = {fitted};")
             if key in outputs:
                 array, conn = outputs[key], f"__o{index}"
                 out_conns[conn] = out_type.storage
@@ -659,8 +660,8 @@ class Recompute:
             name = f"{self.prefix}v{len(self.done)}"
             with self.emit.at(op):
                 origin = self.emit.origin()
-            self.lines.append(f"const {out_type.compute} {name} = {out_type.fit(expression)};"
-                              f"  {origin}")
+            fitted = out_type.fit(expression, registry.record(op.name).exact)
+            self.lines.append(f"const {out_type.compute} {name} = {fitted};  {origin}")
             self.done[key] = name
             if self.row is not None:
                 self.lines.extend(self.row.buffer(binding, op, point, self.loop, name,
@@ -765,6 +766,7 @@ def scalar_region(emit: Emitter, module: ir.Module, block: ir.Block, arguments: 
             expression = rule.at(op, [names[v.name] for v in op.operands], in_types,
                                  out_type, ["0"] * op.result.type.rank)
             variable = f"{prefix}{k}"
-            lines.append(f"const {out_type.compute} {variable} = {out_type.fit(expression)};")
+            fitted = out_type.fit(expression, registry.record(op.name).exact)
+            lines.append(f"const {out_type.compute} {variable} = {fitted};")
             names[op.result.name] = variable
     return lines, [names[v.name] for v in block.terminator.operands]

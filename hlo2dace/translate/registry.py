@@ -22,6 +22,8 @@ A record holds:
   computes is written once rather than recomputed by each of its readers;
 * ``identity``: as the one op of a reducer body, its exact identity per element type, so
   that a reduction may fold in any grouping (lanes, chunks);
+* ``exact``: its result is one of its operands' values, or a value their type holds
+  (maximum, select, negation, floor): a 16-bit float's result needs no rounding;
 * ``scalar_alias``: on one element, its result is its first operand (reshapes and
   broadcasts inside reducer bodies and comparators);
 * ``view``: its result re-indexes its operand (slices, transposes, broadcasts);
@@ -89,6 +91,8 @@ class OpRecord:
     expensive: bool = False
     #: ``identity(element)`` -> the exact identity for the ``ElementType``, or None
     identity: Callable | None = None
+    #: the result is an operand's value or one the operands' type holds (``ElementType.fit``)
+    exact: bool = False
     scalar_alias: bool = False
     #: the result is its operand re-indexed (``shape._view``): a value bound lazily (a
     #: pending value, a gather) stays lazy through it
