@@ -70,6 +70,12 @@ PARALLEL_PRODUCT_WORK = 1 << 22
 SKINNY_SIDE = 32
 SKINNY_PART = 512
 SKINNY_BLOCK = 64
+#: a product of at most this many rows (and with a vector unit of 64 bytes: AVX-512) is
+#: computed in registers from B's rows where they lie (``few_rows``), not by OpenBLAS, which
+#: packs B on every call (f32 on a Zen 4 core: 8x1024x1024 0.17 ms against 0.50, 32x320x1024
+#: 0.19 against 0.30, 64x256x256 0.074 against 0.087; at 128 rows they were even). With AVX2
+#: (measured as x86-64-v3 on the same core) it won below 16 rows and lost at 32: not chosen.
+FEW_ROWS = 64
 #: multiply-adds up to which a complex product runs in XLA's (Eigen's) order, above which
 #: OpenBLAS's speed wins
 EIGEN_ORDER_WORK = 1 << 22
@@ -141,6 +147,12 @@ class Machine:
         """The rows of such a pass that both products read in turn, or that a computed
         matrix's buffer holds: half a core's L2, the rest left to the vectors."""
         return self.l2_bytes // 2
+
+    def few_rows_bytes(self) -> int:
+        """A few-rows product reads B once per strip of columns: B at most half the
+        last-level cache, or it comes from memory with a stride of a row (8x4096x4096 in
+        f32, 64 MB: 16.5 ms against OpenBLAS's 10.5)."""
+        return self.l3_bytes // 2
 
     def eigen_depth(self, element: str) -> int:
         """Eigen's depth block (its ``kc``) for a complex product of ``element``, as

@@ -48,8 +48,8 @@ def cpu_passes(level: Level) -> list[Pass]:
     add("pair_matvecs", "plan", block_pass(matvec.pair_matvecs),
         "two matrix-vector products of one large matrix read it once (h2d.paired_matvecs)")
     add("choose_product_kernels", "plan", block_pass(products.choose_product_kernels),
-        "each product's and convolution's kernel: BLAS, loops, skinny gemms, blocked gemv "
-        "(h2d.kernel)")
+        "each product's and convolution's kernel: BLAS, loops, skinny gemms, few rows in "
+        "registers, blocked gemv (h2d.kernel)")
     add("fold_scale_into_products", "plan", block_pass(products.fold_scale_into_products),
         "alpha * A @ B passes alpha to BLAS; alpha * A is never written (h2d.scaled_dot)")
     add("fuse_elementwise", "plan", fusion.fuse_elementwise,

@@ -24,6 +24,7 @@ import hlo2dace
 from hlo2dace import blas_core
 from hlo2dace.errors import UnsupportedError
 from hlo2dace.machine import SMALL_PRODUCT, assumed, current_machine
+from hlo2dace.pipeline import Options
 
 from util import assert_arrays_match, assert_matches_jax, blas_calls, dtype_id, needs
 from util import random_operand as operand
@@ -48,10 +49,11 @@ def check(f, *args, **kwargs):
     return assert_matches_jax(f, *args, rtol=rtol, atol=rtol, **kwargs)
 
 
-def _tasklets(fun, *args) -> list[nodes.Tasklet]:
+def _tasklets(fun, *args, machine=None) -> list[nodes.Tasklet]:
     """The tasklets of the code that runs: library nodes expanded as the target implements
-    them."""
-    sdfg = hlo2dace.jit(fun, optimize="default").lower(*args).as_sdfg()
+    them (``machine``: the model it is built for)."""
+    options = Options("default", machine=machine)
+    sdfg = hlo2dace.jit(fun, optimize=options).lower(*args).as_sdfg()
     sdfg.expand_library_nodes()
     return [n for n, _ in sdfg.all_nodes_recursive() if isinstance(n, nodes.Tasklet)]
 
@@ -420,7 +422,9 @@ def test_transposes_absorbed():
                 "attention": jnp.einsum("bhqd,bhkd->bhqk", q, k),
                 "two_k": jnp.einsum("ijk,jkl->il", t, u), "sliced": x[1:, 1:5] @ w[:, :4].T}
 
-    code = [t.code.as_string for t in _tasklets(f, x, w, q, k, t, u)]
+    # a machine of 32-byte vectors, whose f64 products all go to BLAS (no few_rows kernel)
+    avx2 = dataclasses.replace(current_machine(), vector_bytes=32)
+    code = [t.code.as_string for t in _tasklets(f, x, w, q, k, t, u, machine=avx2)]
     calls = [c for c in code if "cblas_" in c]
     assert len(calls) == 8 and not [c for c in code if "__out = __in" in c], code
     assert sum("CblasTrans" in c for c in calls) == 7, calls
@@ -517,7 +521,7 @@ def test_paths():
                        if isinstance(n, (nodes.Tasklet, nodes.LibraryNode))} &
                       {"Gemm", "blas", "dot_loops", "outer_product", "fused"})
 
-    big, small = np.ones((64, 64), np.float32), np.ones((4, 4), np.float32)
+    big, small = np.ones((128, 128), np.float32), np.ones((4, 4), np.float32)
     assert labels(jnp.matmul, big, big) == ["Gemm"]
     assert labels(jnp.matmul, big.astype(np.float16), big.astype(np.float16)) == ["blas"]
     assert labels(jnp.matmul, small, small) == ["dot_loops"]
@@ -573,7 +577,7 @@ def test_skinny_products_share_out_their_long_side(dtype):
     # 600 deep sums per block of the 1,100 long side; two blocks (of at least 512) where
     # the program is built for two threads or more; "scaled" with 2 as its alpha (a
     # complex product is given the scaled matrix)
-    ((calls, _),) = blas_calls([(f, (x, w))])
+    ((calls, _),) = blas_calls([(f, (x, w))], vector_bytes=32)  # no few_rows kernel
     parts = 2 if current_machine().threads > 1 else 1
     assert {c.kind for c in calls} == {"gemm"} and len(calls) == 5 * parts, calls
     assert all(c.sizes[2] == 600 and min(c.sizes[:2]) == 8 for c in calls), calls
@@ -619,7 +623,7 @@ def test_scalar_factors_reach_blas_as_alpha():
         for alpha in (1.5, -0.25, 0.0, np.inf, np.nan):
             cases.append((_scaled_products, (dtype(alpha), a, b, c, x, v)))
             factors.append(alpha)
-    for (calls, (_, a, b, c, x, v)), alpha in zip(blas_calls(cases), factors):
+    for (calls, (_, a, b, c, x, v)), alpha in zip(blas_calls(cases, vector_bytes=32), factors):
         folded = bool(np.isfinite(alpha)) and alpha != 0
         gemms = [k for k in calls if k.kind == "gemm"]
         (gemv,) = [k for k in calls if k.kind == "gemv"]

@@ -219,14 +219,20 @@ _BLAS_CHILD = """
 import json, sys
 import numpy as np
 import hlo2dace
-texts, inputs, log = sys.argv[1], sys.argv[2], sys.argv[3]
+import dataclasses
+from hlo2dace.machine import current_machine
+from hlo2dace.pipeline import Options
+texts, inputs, log, vector_bytes = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 with open(texts) as file:
     modules = json.load(file)
+machine = current_machine()
+if vector_bytes:
+    machine = dataclasses.replace(machine, vector_bytes=int(vector_bytes))
 addresses = []
 for k, text in enumerate(modules):
     with np.load(f"{inputs}{k}.npz") as data:
         args = [data[f"arg_{i}"] for i in range(len(data.files))]
-    compiled = hlo2dace.compile_text(text)
+    compiled = hlo2dace.compile_text(text, optimize=Options(machine=machine))
     with open(log, "a") as file:
         file.write(f"case {k}\\n")
     compiled(*args)
@@ -235,13 +241,15 @@ print(json.dumps(addresses))
 """
 
 
-def blas_calls(cases: Sequence[tuple[Callable, Sequence[Any]]], threads: int | None = None
-               ) -> list[tuple[list[BlasCall], list[int]]]:
+def blas_calls(cases: Sequence[tuple[Callable, Sequence[Any]]], threads: int | None = None,
+               vector_bytes: int | None = None) -> list[tuple[list[BlasCall], list[int]]]:
     """Per ``(fun, args)``: the CBLAS calls of one call of ``hlo2dace.jit(fun)``'s program
     on ``args``, and the addresses of the arguments it was given (NumPy arrays passed
     without a copy), so that a test can say which operand BLAS read. The programs run in
     one child process whose BLAS goes through tests/blas_log.c; ``threads``: the
-    ``OMP_NUM_THREADS`` it is built and run for."""
+    ``OMP_NUM_THREADS`` it is built and run for; ``vector_bytes``: the vector width of the
+    machine model it is built for (32: every product of f32 or f64 goes to BLAS, none to
+    the ``few_rows`` kernel of 64-byte vectors)."""
     folder = Path(tempfile.mkdtemp(prefix="h2d-blas-calls-"))
     texts = [hlo2dace.jit(fun).lower(*args).as_text() for fun, args in cases]
     (folder / "modules.json").write_text(json.dumps(texts))
@@ -253,7 +261,8 @@ def blas_calls(cases: Sequence[tuple[Callable, Sequence[Any]]], threads: int | N
     if threads is not None:
         env["OMP_NUM_THREADS"] = str(threads)
     done = subprocess.run([sys.executable, "-c", _BLAS_CHILD, str(folder / "modules.json"),
-                           str(folder / "inputs"), str(log)], env=env, cwd=ROOT,
+                           str(folder / "inputs"), str(log), str(vector_bytes or "")],
+                          env=env, cwd=ROOT,
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     addresses = json.loads(done.stdout.strip().splitlines()[-1])

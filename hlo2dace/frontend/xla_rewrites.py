@@ -288,7 +288,8 @@ def _reduction_as_reshape(op: ir.Op, producers: dict[str, ir.Op]) -> ir.Op | Non
         return None
     operand, init = op.operands
     reducer, value = ir.combiner(op), _constant(producers.get(init.name))
-    if reducer is None or value is None or operand.type.size != op.result.type.size \
+    if reducer is None or value is None or not operand.type.is_static \
+            or not op.result.type.is_static or operand.type.size != op.result.type.size \
             or not _is_identity(reducer.name, value):
         return None
     return ir.Op("stablehlo.reshape", (operand,), op.results, location=op.location)

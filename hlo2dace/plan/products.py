@@ -74,8 +74,8 @@ def _elementwise(op: ir.Op) -> bool:
 
 def fold_scale_into_products(block: ir.Block, uses: BlockUses, context: PassContext
                              ) -> list[ir.Op]:
-    """A BLAS product whose operand is a scalar times a matrix that it alone reads
-    (``alpha * A @ B``) becomes ``h2d.scaled_dot`` of the matrix, with the scalar as
+    """A BLAS or few-rows product whose operand is a scalar times a matrix that it alone
+    reads (``alpha * A @ B``) becomes ``h2d.scaled_dot`` of the matrix, with the scalar as
     BLAS's alpha: the scaled matrix is never written (XLA writes it)."""
     ops = []
     for op in block.ops:
@@ -87,7 +87,7 @@ def fold_scale_into_products(block: ir.Block, uses: BlockUses, context: PassCont
 def _scaled(op: ir.Op, uses: BlockUses) -> ir.Op | None:
     kernel = annotation(op, ProductKernel)
     if op.name not in CONTRACTIONS or kernel is None or kernel.kernel not in (
-            "blas", "skinny_gemm"):
+            "blas", "skinny_gemm", "few_rows"):
         return None
     lhs, rhs, result, compute = products.types(op)
     accumulate = products.accumulated(compute)

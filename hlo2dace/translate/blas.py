@@ -309,6 +309,40 @@ def blas_product(b: Builder, op: ir.Op, product: Product,
                         {"__out": Element(target)})
 
 
+def few_rows_product(b: Builder, op: ir.Op, product: Product, accumulate: ElementType,
+                     target: Array, kernel: ProductKernel,
+                     scale: tuple[int, ir.Value] | None = None) -> None:
+    """``C = A B`` for few rows of A (the ``few_rows`` kernel): ``h2d::few_rows_product``
+    (h2d/products.h) reads B's rows where they lie, with no packing; A in either
+    orientation, B row-major (else copied once so); ``scale`` as ``blas_product``'s."""
+    m, n, k = product.m, product.n, product.k
+
+    def fits(side, operand, order):
+        ok, free, contract = product.groups(side, operand, order)
+        if side == 0:
+            return ok and _matrix(m, free, k, contract) is not None
+        return ok and _matrix(k, contract, n, free) == (False, contract)
+
+    (a, x), order = arrange(b, op, product, fits, (accumulate, accumulate), op.operands[:2])
+    _, a_free, a_k = product.groups(0, a, order)
+    _, x_free, x_k = product.groups(1, x, order)
+    trans_a, lda = _matrix(m, a_free, k, a_k)
+    _, ldb = _matrix(k, x_k, n, x_free)
+    pa, px, _ = product.offsets((a, x), [])
+    a_row, a_col = (1, lda) if trans_a else (lda, 1)
+    code, inputs, outputs, alpha = Writer(), {}, {}, "1"
+    if scale is not None:
+        side, scalar = scale
+        alpha = _scale_by(b, code, scalar, (a, x)[side], "__a" if side == 0 else "__b",
+                          inputs, outputs)
+    code.line(f"h2d::few_rows_product<{accumulate.compute}>({m}LL, {n}LL, {k}LL, "
+              f"__a + ({pa}), {a_row}LL, {a_col}LL, __b + ({px}), {ldb}LL, __c, {n}LL, "
+              f"({accumulate.compute})({alpha}), {kernel.parts});")
+    b.emit.map("few_rows", (), code.text(),
+               {"__a": Whole(a.array), "__b": Whole(x.array), **inputs},
+               {"__c": Whole(target), **outputs})
+
+
 def _skinny_gemm(code: Writer, m: int, n: int, parts: int, a: tuple[bool, int],
                  x: tuple[bool, int], pointers: tuple[str, str, str], gemm) -> None:
     """A product with one side of at most ``machine.SKINNY_SIDE`` (a small batch through a large

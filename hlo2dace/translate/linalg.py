@@ -43,6 +43,7 @@ from .blas import (
     arrange,
     blas_product,
     computed_matvec,
+    few_rows_product,
     op_types,
     symbolic_product,
 )
@@ -128,6 +129,8 @@ def _product(b: Builder, op: ir.Op, product: Product, compute: ElementType,
         symbolic_product(b, op, product, (compute, accumulate), target)
     elif kernel.kernel in ("blas", "skinny_gemm"):
         blas_product(b, op, product, (compute, accumulate), target, kernel, scale)
+    elif kernel.kernel == "few_rows":
+        few_rows_product(b, op, product, accumulate, target, kernel, scale)
     elif scale is not None:
         raise CompilationError(f"internal error: {op.name} at {op.location} with the "
                                f"{kernel.kernel} kernel")

@@ -23,6 +23,7 @@ import ml_dtypes
 from .. import ir, symbolic
 from ..machine import (
     EIGEN_ORDER_WORK,
+    FEW_ROWS,
     NARROW_GROUPS,
     PARALLEL_PRODUCT_WORK,
     SKINNY_PART,
@@ -284,11 +285,30 @@ def kernel(op: ir.Op, machine: Machine, tuned: bool) -> ProductKernel | None:
     if (accumulate.element not in BLAS_TYPES or machine.blas != "OpenBLAS"
             or max(m, n, k) > BLAS_INT_MAX or small):
         return ProductKernel("loops")
+    if tuned and few_rows(op, product, accumulate, machine):
+        parallel = m * n * k >= PARALLEL_PRODUCT_WORK
+        return ProductKernel("few_rows", machine.threads if parallel else 1)
     parts = max(1, min(machine.threads, max(m, n) // SKINNY_PART))
     if (tuned and m > 1 and n > 1 and not product.batch and min(m, n) <= SKINNY_SIDE
             and m * n * k >= PARALLEL_PRODUCT_WORK and parts > 1):
         return ProductKernel("skinny_gemm", parts)
     return ProductKernel("blas")
+
+
+def few_rows(op: ir.Op, product: Product, accumulate: ElementType, machine: Machine) -> bool:
+    """Whether the ``few_rows`` kernel computes the product (``machine.FEW_ROWS``): f32 or
+    f64 of one type on a machine with 64-byte vectors, no batch, at most ``FEW_ROWS`` rows,
+    at least a strip of columns (two vectors), B's contracting dimensions in order before
+    its free ones (its rows read in place) and B within ``Machine.few_rows_bytes``."""
+    rhs_contract = [pair[1] for pair in product.contract]
+    width = accumulate.storage.bytes
+    return (accumulate.element in ("f32", "f64") and machine.vector_bytes >= 64
+            and all(t.element == accumulate.element for t in types(op)[:3])
+            and not product.batch and 1 < product.m <= FEW_ROWS
+            and product.n >= 2 * machine.vector_bytes // width
+            and rhs_contract == sorted(rhs_contract)
+            and max(rhs_contract) < min(product.free[1], default=len(product.shapes[1]))
+            and product.k * product.n * width <= machine.few_rows_bytes())
 
 
 def convolution_kernel(op: ir.Op, machine: Machine, tuned: bool) -> ProductKernel:

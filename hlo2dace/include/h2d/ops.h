@@ -13,3 +13,4 @@
 #include "scans.h"
 #include "transcendental.h"
 #include "conversion.h"
+#include "products.h"
