@@ -8,7 +8,7 @@
 
 namespace h2d {
 
-#if !defined(__CUDA_ARCH__)
+#if !defined(__CUDACC__)  // the CPU's kernel: nvcc knows no GCC pragma, a GPU has cuBLAS
 // C (m x n, rows ldc apart) = alpha A (m x k; element (i, p) at a[i * a_row + p * a_col]) times
 // B (k x n, rows ldb apart, each row contiguous), for m up to a few dozen rows: per strip
 // of C's columns, blocks of rows accumulate in registers while B's strip is read once from
