@@ -373,17 +373,23 @@ def test_bool_arrays_read_through_pointers_vectorise(level, tmp_path):
     from hlo2dace.translate import dtypes
 
     mask = dtypes.element_type("i1").read("m", "i")
-    source = tmp_path / "mask.cc"
-    source.write_text("\n".join([
-        '#include "h2d/ops.h"',
+    report = _vectoriser_report(level, tmp_path, "mask", [
         "void masked(const bool* m, const float* __restrict x, float* __restrict o, int n) {",
         f"    for (int i = 0; i < n; i++) o[i] = h2d::exp_(h2d::select({mask}, x[i], -1.0f));",
-        "}"]) + "\n")
+        "}"])
+    assert re.search(r"mask\.cc:3:\d+: optimized: loop vectorized", report), report
+
+
+def _vectoriser_report(level: str, tmp_path, name: str, lines: list[str]) -> str:
+    """GCC's report of the loops it vectorised in ``lines`` (after ops.h's include, which
+    is line 1) compiled for ``level``."""
+    source = tmp_path / f"{name}.cc"
+    source.write_text("\n".join(['#include "h2d/ops.h"', *lines]) + "\n")
     done = subprocess.run(["g++", *_compile_flags(level), f"-I{HEADERS}",
                            "-fopt-info-vec-optimized", "-c", str(source), "-o",
-                           str(tmp_path / "mask.o")], capture_output=True, text=True,
+                           str(tmp_path / f"{name}.o")], capture_output=True, text=True,
                           check=True)
-    assert re.search(r"mask\.cc:3:\d+: optimized: loop vectorized", done.stderr), done.stderr
+    return done.stderr
 
 
 @pytest.mark.parametrize("level", ["x86-64-v3", "x86-64-v4"])
@@ -391,19 +397,13 @@ def test_comparisons_converted_to_floats_vectorise(level, tmp_path):
     """``k(x, x) + 0.1 * jnp.eye(n)``: a row loop that converts a comparison of indices to
     float beside an exponential of floats vectorises (GCC 12 vectorised no ``(float)bool``
     there: a Gaussian process's kernel matrix took 7.8 ms for 0.55)."""
-    source = tmp_path / "eye.cc"
-    source.write_text("\n".join([
-        '#include "h2d/ops.h"',
+    report = _vectoriser_report(level, tmp_path, "eye", [
         "void eye(const float* __restrict x, float* __restrict o, int i, int n) {",
         "    for (int j = 0; j < n; j++) o[j] = h2d::mul_add(0.1f, "
         "h2d::convert<float>(h2d::convert<int32_t>((int64_t)i) == j), "
         "h2d::exp_(h2d::mul(x[i] - x[j], x[i] - x[j])));",
-        "}"]) + "\n")
-    done = subprocess.run(["g++", *_compile_flags(level), f"-I{HEADERS}",
-                           "-fopt-info-vec-optimized", "-c", str(source), "-o",
-                           str(tmp_path / "eye.o")], capture_output=True, text=True,
-                          check=True)
-    assert re.search(r"eye\.cc:3:\d+: optimized: loop vectorized", done.stderr), done.stderr
+        "}"])
+    assert re.search(r"eye\.cc:3:\d+: optimized: loop vectorized", report), report
 
 
 def test_a_causal_softmax_matches_xla():
