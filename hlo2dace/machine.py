@@ -74,7 +74,7 @@ SKINNY_BLOCK = 64
 #: computed in registers from B's rows where they lie (``few_rows``), not by OpenBLAS, which
 #: packs B on every call (f32 on a Zen 4 core: 8x1024x1024 0.17 ms against 0.50, 32x320x1024
 #: 0.19 against 0.30, 64x256x256 0.074 against 0.087; at 128 rows they were even). With AVX2
-#: (measured as x86-64-v3 on the same core) it won below 16 rows and lost at 32: not chosen.
+#: (measured as x86-64-v3 on the same core) it lost at 8 rows and more: not chosen.
 FEW_ROWS = 64
 #: multiply-adds up to which a complex product runs in XLA's (Eigen's) order, above which
 #: OpenBLAS's speed wins

@@ -16,16 +16,17 @@ namespace h2d {
 // the product: 8 x 1024 by 1024 x 1024 in f32 took it 0.50 ms on a Zen 4 core, this 0.17
 // (XLA's YNNPACK 0.18). Each element of C sums its k products in order, by fused
 // multiply-adds, whatever the strips' partition among threads: the same bits for every
-// thread count. Register blocks by the vector width: AVX-512 8 rows of 2 vectors, AVX 4 of
-// 3, SSE 4 of 2.
+// thread count. Register blocks by the vector width: AVX-512 8 rows of 2 vectors, AVX and
+// SSE 4 of 2.
 namespace few_rows {
 #if defined(__AVX512F__)
-constexpr int vector_bytes = 64, block_rows = 8, block_vectors = 2;
+constexpr int vector_bytes = 64, block_rows = 8;
 #elif defined(__AVX__)
-constexpr int vector_bytes = 32, block_rows = 4, block_vectors = 2;
+constexpr int vector_bytes = 32, block_rows = 4;
 #else
-constexpr int vector_bytes = 16, block_rows = 4, block_vectors = 2;
+constexpr int vector_bytes = 16, block_rows = 4;
 #endif
+constexpr int block_vectors = 2;
 template <typename T> using vector __attribute__((vector_size(vector_bytes))) = T;
 
 // B's rows are a page apart or more in the programs this serves (a 1024-wide f32 matrix):
