@@ -5,9 +5,9 @@ with such a conversion scalar: f16 arithmetic ran at 35 times XLA's time. ``h2d/
 converts with F16C's instructions in vector functions that the vectoriser calls (NaN lanes,
 and CPUs without F16C, in integer and float operations). This builds
 ``tests/data/f16_conversions/harness.cc`` with the generated code's flags, checks that GCC
-vectorises its three conversion loops, and runs it: every f16 and every float (every 7th
-block of them for the other instruction set) against F16C's conversions, with and without
-FTZ/DAZ.
+vectorises its conversion loops, and runs it: every f16 and every float (every 7th
+block of them for the other instruction sets) against F16C's conversions, and bf16's
+rounding of every float against its rule, with and without FTZ/DAZ.
 """
 
 from __future__ import annotations

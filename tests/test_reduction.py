@@ -742,6 +742,46 @@ def test_maxima_and_minima_in_lanes_fold_order_keys(dtype):
     assert_matches_jax(lambda x: (x.max(1), x.min(1), jnp.max(x[:, ::-1] * 2, 1)), x)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=dtype_id)
+@pytest.mark.parametrize("n", [100, 300, 1000])
+def test_the_first_nan_of_a_row_is_its_maximum(n, dtype):
+    """A row with NaNs of several payloads: its maximum is the first in the row's order,
+    as XLA's where it keeps them (its reduction of these rows of 1000 returns numbers; the
+    NaN flags of the lanes send the search to the block that has the NaN), also where the
+    NaN lies in the last, recomputed vector of a block or in a later block."""
+    bits = np.uint32 if dtype == np.float32 else np.uint64
+    shift = 0 if dtype == np.float32 else 32
+    quiet = int(np.array(np.nan, dtype).view(bits))
+
+    def nan(payload, sign=0):
+        return np.array(quiet | payload | sign << (31 + shift), bits).view(dtype)
+
+    x = np.random.default_rng(n).standard_normal((5, n)).astype(dtype)
+    x[0, 5], x[0, n - 3] = nan(1), nan(2)
+    x[1, n - 1], x[1, 17] = nan(3, sign=1), nan(4)
+    x[2, n - 2], x[2, n - 1] = nan(5), nan(6)          # both in the recomputed last vector
+    x[3, 260 % n], x[3, n - 1] = nan(7), nan(8, sign=1)  # in a later block where n > 256
+
+    first = np.array([row[np.isnan(row)][0] for row in x[:4]])
+    maximum, total = hlo2dace.jit(
+        lambda x: (x.max(1), jnp.exp(x - x.max(1, keepdims=True)).sum(1)))(x)
+    np.testing.assert_array_equal(np.asarray(maximum)[:4].view(bits), first.view(bits))
+    assert np.isnan(np.asarray(total)[:4]).all()
+    np.testing.assert_allclose(maximum[4], x[4].max())
+    np.testing.assert_allclose(total[4], np.exp(x[4] - x[4].max()).sum(), rtol=1e-5)
+
+
+@pytest.mark.parametrize("n", [7, 16, 17, 100, 257, 300])
+def test_blocks_end_with_their_last_whole_vector(n):
+    """A block's elements are computed in whole vectors, then its last 16 again (rows of
+    fewer than 16 one at a time): sums of exponentials and maxima of rows of every
+    remainder, where the recomputed elements must count once."""
+    x = np.random.default_rng(n).standard_normal((6, n)).astype(np.float32)
+    x[1, -1] = 40  # the last element dominates: counted twice, the sum would double
+    assert_matches_jax(lambda x: (jnp.exp(x).sum(1), (x * 3).max(1),
+                                  jax.scipy.special.logsumexp(x, 1)), x, rtol=2e-6)
+
+
 def _row_programs(x, init):
     """Programs whose row reductions (over trailing axes) only elementwise ops read."""
     def layer_norm(x):

@@ -22,10 +22,9 @@ template <typename T, typename I> H2D_FN inline T from_total_order_key(I key) {
 // A maximum or minimum reduction in lanes folds the total order keys of its elements,
 // flushed first as max_ and min_ flush their results: one integer max or min per element
 // in place of a dozen operations, the same bits for every value but NaN. NaNs are kept
-// apart: the first of each lane, as max_ and min_ keep the first NaN they meet
-// (`kept` if it is a NaN or `x` is not, else `x`).
+// apart: the reduction's code flags them in its lanes and takes a row's first, as max_
+// and min_ keep the first NaN they meet.
 template <typename T> H2D_FN inline auto order_key(T a) { return total_order_key(flush(a)); }
-template <typename T> H2D_FN inline T first_nan(T kept, T x) { return blend(kept != kept || x == x, kept, x); }
 
 // ------------------------------------------------------------------ conversion
 // Float to integer as XLA converts: NaN -> 0, out of range saturates.
