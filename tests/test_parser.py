@@ -939,6 +939,37 @@ def test_custom_calls_without_side_effects_are_merged():
     assert_matches_jax(f, a, b, rtol=1e-5, atol=1e-5)
 
 
+def test_ops_with_equal_regions_are_merged():
+    """A helper's ``logsumexp`` and the caller's ``log_softmax`` take one row maximum
+    after inlining, as XLA's CSE leaves one reduction of equal computations; reductions
+    of other bodies, and conditionals whose branches read other outer values, stay apart;
+    XLA's results."""
+    from hlo2dace.frontend.normalize import normalize
+
+    from util import assert_matches_jax
+
+    def f(x, p):
+        picked = jnp.take_along_axis(jax.nn.log_softmax(x, -1), jnp.zeros((8, 1), int), -1)
+        branch = lax.cond(p, lambda: x * 2, lambda: x * 3)
+        again = lax.cond(p, lambda: x * 2, lambda: x * 3)
+        y = x + 1  # read by the branch as an outer value, as x is by the others
+        other = lax.cond(p, lambda: y * 2, lambda: x * 3)
+        return (jax.scipy.special.logsumexp(x, -1), picked, x.min(-1), branch + again + other)
+
+    x = np.random.default_rng(2).standard_normal((8, 30)).astype(np.float32)
+    p = np.array(True)
+    ops = [inner for op in inline_calls(parse_module(normalize(_lowered(f, x, p)).text))
+           .main.ops for inner in op.walk()]
+
+    def reductions(body):
+        return sum(op.name == "stablehlo.reduce" and op.regions[0].blocks[0].ops[0].name
+                   == f"stablehlo.{body}" for op in ops)
+
+    assert (reductions("maximum"), reductions("minimum")) == (1, 1)
+    assert sum(op.name == "stablehlo.case" for op in ops) == 2
+    assert_matches_jax(f, x, p, rtol=1e-6)
+
+
 def test_a_function_that_calls_itself_is_refused_where_it_calls():
     from hlo2dace.errors import UnsupportedError
     from hlo2dace.frontend.normalize import normalize

@@ -87,7 +87,7 @@ class _Inliner:
         for op in ops:
             operands = tuple(names.get(v.name, v) for v in op.operands)
             function = self.callee(op)
-            key = _key(op, operands) if function is None else (
+            key = _key(op, operands, names) if function is None else (
                 (function.name, tuple(v.name for v in operands))
                 if self.effect_free(function) else None)
             if key in calls:
@@ -155,18 +155,46 @@ class _Inliner:
         return function
 
 
-def _key(op: ir.Op, operands: tuple[ir.Value, ...]) -> tuple | None:
-    """What an op without regions or effects computes from: two such ops with one key have
-    the same results. None for other ops, and where an attribute is no key (an array)."""
-    if op.regions or not op.results or has_effects(op) or op.name in CALLS:
+def _key(op: ir.Op, operands: tuple[ir.Value, ...], names: Mapping[str, ir.Value]
+         ) -> tuple | None:
+    """What an op without effects computes from: two such ops with one key have the same
+    results. None for other ops, and where an attribute is no key (an array). An op's
+    regions are part of its key by their structure (``_region_key``; ``names``: the
+    values that replace the ones named, as ``Inliner.block`` has them): a helper's
+    ``logsumexp`` and the caller's ``log_softmax`` take one row maximum, as XLA's CSE
+    merges reductions of equal computations."""
+    if not op.results or has_effects(op) or op.name in CALLS or any(
+            inner.name in CALLS or has_effects(inner) for inner in op.walk()):
         return None
     key = (op.name, tuple(v.name for v in operands), _hashable(op.attributes),
-           tuple(r.type for r in op.results))
+           tuple(r.type for r in op.results),
+           tuple(_region_key(region, {}, names) for region in op.regions))
     try:
         hash(key)
     except TypeError:
         return None
     return key
+
+
+def _region_key(region: ir.Region, local: dict[str, int], names: Mapping[str, ir.Value]
+                ) -> tuple:
+    """``region``'s ops by name, attributes and types, each operand by the position at
+    which the region defines it (``local``: the values the regions around define), or by
+    its name if it comes from outside."""
+    blocks = []
+    for block in region.blocks:
+        for argument in block.arguments:
+            local[argument.name] = len(local)
+        ops = []
+        for op in block.ops:
+            ops.append((op.name, tuple(local.get(v.name, names.get(v.name, v).name)
+                                       for v in op.operands),
+                        _hashable(op.attributes), tuple(r.type for r in op.results),
+                        tuple(_region_key(inner, local, names) for inner in op.regions)))
+            for result in op.results:
+                local[result.name] = len(local)
+        blocks.append((tuple(a.type for a in block.arguments), tuple(ops)))
+    return tuple(blocks)
 
 
 def _hashable(value: Any) -> Any:
