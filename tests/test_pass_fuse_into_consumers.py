@@ -1,8 +1,10 @@
-"""The fuse_into_consumers pass: an elementwise value that only a reduction, a scatter or
-a sort reads is computed in that op's loops."""
+"""The fuse_into_consumers pass: an elementwise value that only a reduction, a scatter, a
+sort or a gather its readers compute reads is computed in that op's loops, or where the
+gather reads it."""
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 import hlo2dace
 
@@ -99,3 +101,43 @@ def test_a_tanh_that_two_consumers_read_is_computed_once():
 
     assert code_of(f, x).count("tanh_(") == 1
     assert_arrays_match(jax.jit(f)(x), hlo2dace.jit(f)(x))
+
+
+def test_a_gather_computes_its_operand_where_it_gathers():
+    """A cross-entropy gathers each row's label from a log-softmax: only those elements
+    are computed, and the log-softmax is never written; labels out of range, NaN and
+    infinities in the logits, negative labels give XLA's results, also in a
+    loop. A gather that reads more elements than its operand has (an embedding of few
+    rows) reads it written."""
+    logits, = operands((64, 300))
+    logits[3, 7], logits[5, :] = np.nan, -np.inf
+    logits[6, 0] = np.inf
+    labels = np.arange(64, dtype=np.int32) * 37 % 300
+    labels[:4] = [299, -1, 300, 7]
+
+    def loss(logits, labels):
+        picked = jnp.take_along_axis(jax.nn.log_softmax(logits), labels[:, None], -1)
+        return -picked.mean(), picked * 2
+
+    check_pass("fuse_into_consumers", loss, logits, labels, rtol=1e-6, atol=1e-6)
+    for disable, written in (((), 0), (("fuse_into_consumers",), 1)):
+        sdfg = hlo2dace.jit(loss, disable_passes=disable).lower(logits, labels).as_sdfg()
+        assert sum(a.transient and a.total_size == logits.size
+                   for a in sdfg.arrays.values()) == written
+
+    def steps(logits, labels):
+        return jax.lax.fori_loop(0, 3, lambda i, x: x * 0.5 + loss(x, labels)[1], logits)
+
+    assert_arrays_match(jax.jit(steps)(logits, labels), hlo2dace.jit(steps)(logits, labels),
+                        rtol=1e-6, atol=1e-6)
+    text = planned("""
+        func.func @main(%x: tensor<4x8xf32>, %i: tensor<64x1xi32>) -> tensor<64x8xf32> {
+          %0 = stablehlo.exponential %x : tensor<4x8xf32>
+          %1 = "stablehlo.gather"(%0, %i) {dimension_numbers = #stablehlo.gather<
+              offset_dims = [1], collapsed_slice_dims = [0], start_index_map = [0],
+              index_vector_dim = 1>, slice_sizes = array<i64: 1, 8>}
+            : (tensor<4x8xf32>, tensor<64x1xi32>) -> tensor<64x8xf32>
+          %2 = stablehlo.negate %1 : tensor<64x8xf32>
+          return %2 : tensor<64x8xf32>
+        }""", "fuse_elementwise", "fuse_into_readers", "fuse_into_consumers")
+    assert "computed_by_readers" in text and "fused_operands" not in text

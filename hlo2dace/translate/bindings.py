@@ -320,12 +320,14 @@ class Gathered(_Binding):
     elementwise maps that read it compute the start index and load the operand element
     themselves (as XLA fuses a gather into its consumers), so the gathered values never
     reach memory. Anything else gets it materialised into an array (once, remembered in
-    ``materialised``). ``starts``: the start index (clamped where read) along each of
-    ``start_index_map``'s dimensions, as values of this binding's shape; ``position``:
-    per operand dimension, the number of its start (None: none) and the axis of this
-    binding's index added to it (the batch position or the offset in the window)."""
+    ``materialised``). The operand is pending where the plan fused it into the gather
+    (``FusedOperands``): its elements are computed where gathered. ``starts``: the start
+    index (clamped where read) along each of ``start_index_map``'s dimensions, as values
+    of this binding's shape; ``position``: per operand dimension, the number of its start
+    (None: none) and the axis of this binding's index added to it (the batch position or
+    the offset in the window)."""
 
-    operand: Union[Array, View]
+    operand: Union[Array, View, Pending]
     starts: tuple
     limits: tuple[int, ...]  # the largest start along each start dimension
     position: tuple

@@ -385,8 +385,8 @@ class Builder:
         other operand of ``op`` reads it either (but one that ``absorb`` gave ``op``,
         which reads it only where ``op`` writes)."""
         if op is not None and any(
-                (binding.holds(array) and not self._absorbed(binding)
-                 or self._absorbed(binding) and self._reads_written(binding, array))
+                (binding.holds(array) and not self.absorbed(binding)
+                 or self.absorbed(binding) and self._reads_written(binding, array))
                 for v in op.operands
                 if (value is None or v.name != value.name)
                 and (binding := self.scope.env[v.name]) is not None):
@@ -440,7 +440,8 @@ class Builder:
                    for read in reads for name in held):
                 binding.cluster.absorbed.discard(binding.key)
 
-    def _absorbed(self, binding: Binding) -> bool:
+    def absorbed(self, binding: Binding) -> bool:
+        """Whether ``binding`` is a pending value that ``absorb`` gave to its reader."""
         return (isinstance(binding, Pending) and binding.unresolved
                 and binding.key in binding.cluster.absorbed)
 
@@ -466,7 +467,7 @@ class Builder:
         inputs, expressions = {}, []
         for k, value in enumerate(values):
             binding = self.binding(value)
-            if lines is not None and self._absorbed(binding):
+            if lines is not None and self.absorbed(binding):
                 in_edges: list = []
                 recompute = fusion.Recompute(self.emit, self.resolve, None, f"{prefix}{k}_",
                                              {}, in_edges)
@@ -496,7 +497,7 @@ class Builder:
         lines, expressions = [], []
         for k, value in enumerate(values):
             binding = self.binding(value)
-            if self._absorbed(binding):
+            if self.absorbed(binding):
                 recompute = fusion.Recompute(self.emit, self.resolve, None, f"__in{k}_", {},
                                              [], arrays)
                 expressions.append(recompute.value(binding, list(indices)))

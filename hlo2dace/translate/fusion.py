@@ -550,6 +550,9 @@ class Recompute:
         self.row, self.loop = row, loop
         self.lines: list[str] = []
         self.done: dict[tuple, str] = {}
+        #: whether the point is data-dependent (a gathered element's): arrays are read
+        #: through pointers then, as a memlet's subset is no such index
+        self.indirect = False
 
     def value(self, binding, point: list[str]) -> str:
         """The C++ expression (compute type) of ``binding`` at ``point``."""
@@ -581,7 +584,7 @@ class Recompute:
         if binding.is_literal:
             return f"({literal(binding.value, element)})"
         subscripts = binding.subscripts(len(point), point)
-        if self.pointers is not None:
+        if self.pointers is not None or self.indirect:
             source = binding.source if isinstance(binding, View) else binding
             return element.read(self._pointer(source),
                                 flat_index(source.type.shape, subscripts))
@@ -619,12 +622,18 @@ class Recompute:
                 position.append(offset if start is None else starts[start] if offset == "0"
                                 else f"{starts[start]} + ({offset})")
             source = gathered.operand
-            array = source.source if isinstance(source, View) else source
-            if isinstance(source, View):
-                position = axes_point(source.axes, position)
             element = dtypes.of(gathered.type)
+            if isinstance(source, Pending):  # computed here, at the gathered element
+                indirect, self.indirect = self.indirect, True
+                read = self.value(source, position)
+                self.indirect = indirect
+            else:
+                array = source.source if isinstance(source, View) else source
+                if isinstance(source, View):
+                    position = axes_point(source.axes, position)
+                read = element.read(self._pointer(array),
+                                    flat_index(array.type.shape, position))
             name = f"{self.prefix}v{len(self.done)}"
-            read = element.read(self._pointer(array), flat_index(array.type.shape, position))
             self.lines.append(f"const {element.compute} {name} = {read};  {gathered.origin}")
             self.done[key] = name
         return self.done[key]

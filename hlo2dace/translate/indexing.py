@@ -106,10 +106,14 @@ def gather(b: Builder, op: ir.Op) -> list[Binding]:
     dtypes.of(t, op.name, op.location)
     shape = operand.type.shape
 
-    source = b.readable(operand)
+    lazy = annotation(op, ComputedByReaders) is not None and not b.destination(op.result)
+    if lazy:  # an operand the plan fused into the gather is computed where gathered
+        b.absorb(op.operands[:1], op, ())
+    source = b.binding(operand) if lazy and b.absorbed(b.binding(operand)) \
+        else b.readable(operand)
     if source.is_literal:
         return [Literal(source.value, t)]
-    if annotation(op, ComputedByReaders) is not None and not b.destination(op.result):
+    if lazy:
         return [_lazy_gather(b, op, source, dims, sizes)]
     target = b.allocate_result(op.result)
     if t.size == 0:
@@ -136,8 +140,8 @@ def gather(b: Builder, op: ir.Op) -> list[Binding]:
     return [target]
 
 
-def _lazy_gather(b: Builder, op: ir.Op, source: Array | View, dims: _GatherDimensions,
-                 sizes: Sequence[int]) -> Gathered:
+def _lazy_gather(b: Builder, op: ir.Op, source: Array | View | Pending,
+                 dims: _GatherDimensions, sizes: Sequence[int]) -> Gathered:
     """A gather bound lazily (``Gathered``): the elementwise maps that read it gather each
     element themselves. Start ``k`` is component ``k`` of the index vector at the result's
     batch position, as a view of the indices; the window's offsets are the result's
