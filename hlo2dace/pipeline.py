@@ -81,6 +81,9 @@ def cpu_passes(level: Level) -> list[Pass]:
         "(h2d.swapped_carries)")
     add("skip_replaced_windows", "plan", block_pass(updates.skip_replaced_windows),
         "a scatter's copy skips the boxes later .sets replace (h2d.replaced_later)")
+    add("scatter_per_window", "plan", block_pass(updates.scatter_per_window),
+        "max pooling's gradient (a select_and_scatter of disjoint windows) selects once "
+        "per window (h2d.scatter_per_window)")
     add("remove_dead_ops", "plan", block_pass(remove_dead_ops),
         "ops nothing reads are dropped")
     # sdfg: the loop nests of the built SDFG's maps
@@ -119,7 +122,7 @@ def cuda_passes(level: Level) -> list[Pass]:
     names = ("outer_products_as_multiplies", "fuse_elementwise", "fuse_into_readers",
              "fuse_into_consumers", "contract_multiply_adds", "result_destinations",
              "update_in_place", "loop_buffers", "carries_in_place", "swap_loop_buffers",
-             "skip_replaced_windows", "remove_dead_ops")
+             "skip_replaced_windows", "scatter_per_window", "remove_dead_ops")
     passes = [cpu[name] for name in names if name in cpu]
     passes.append(Pass("to_device", "sdfg", device.to_device,
                        "tasklets checked for host-only code, then DaCe's GPU "

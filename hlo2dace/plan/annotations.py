@@ -202,3 +202,11 @@ class ReadPrefix(Annotation):
 
     name: ClassVar[str] = "read_prefix"
     lengths: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ScatterPerWindow(Annotation):
+    """A select_and_scatter whose windows share no element: each window selects once and
+    writes its choice, rather than each element gathering from the windows around it."""
+
+    name: ClassVar[str] = "scatter_per_window"

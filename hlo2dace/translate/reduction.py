@@ -32,7 +32,7 @@ import numpy as np
 from .. import ir, symbolic
 from ..machine import FEW_OUTPUTS
 from ..plan.analysis import over_rows
-from ..plan.annotations import ComputedByReaders, FusedOperands, annotation
+from ..plan.annotations import ComputedByReaders, FusedOperands, ScatterPerWindow, annotation
 from . import dtypes, library, registry
 from .bindings import (
     Array,
@@ -702,7 +702,9 @@ def select_and_scatter(b: Builder, op: ir.Op) -> list[Binding]:
     is never selected) and the source value of that window is combined into the result
     there with ``scatter``. Written as a gather: every result element loops over the
     windows that can contain it, recomputes their selection, and accumulates in window
-    order, so no two map iterations write the same element."""
+    order, so no two map iterations write the same element. Where the plan says windows
+    share no element (``ScatterPerWindow``), the result is the init value everywhere and
+    then each window, one map iteration, writes its choice."""
     operand, source, init = op.operands
     shape, windows = operand.type.shape, source.type.shape
     rank = len(shape)
@@ -716,12 +718,50 @@ def select_and_scatter(b: Builder, op: ir.Op) -> list[Binding]:
     scatter_lines, (combined,) = b.scalar_region(op.regions[1].entry, ["__acc", "__y"],
                                                  "__sc")
 
-    here = flat_index(shape, map_params(rank))
-    position = [f"__wi{d} * {strides[d]} - {low[d]} + __w{d}" for d in range(rank)]
-    candidate = flat_index(shape, [f"__p{d}" for d in range(rank)])
     window_index = flat_index(windows, [f"__wi{d}" for d in range(rank)])
+
+    def select(code: Writer) -> None:
+        """The element window ``__wi`` selects, into ``__chosen`` (-1: none)."""
+        code.line(f"int64_t __chosen = -1; {element.compute} __best{{}};")
+        candidate = flat_index(shape, [f"__p{d}" for d in range(rank)])
+        with contextlib.ExitStack() as elements:
+            for d in range(rank):
+                elements.enter_context(code.loops(Loop(f"__w{d}", "0", str(window[d])),
+                                                  scalar=True))
+                code.line(f"const int64_t __p{d} = __wi{d} * {strides[d]} - {low[d]} + __w{d};",
+                          f"if (__p{d} < 0 || __p{d} >= {shape[d]}) continue;")
+            code.line(f"const {element.compute} __x = {element.read('__op', candidate)};",
+                      f"if (__chosen < 0) {{ __chosen = {candidate}; __best = __x; continue; }}")
+            code.lines(select_lines)
+            code.line(f"if (!({keep})) {{ __chosen = {candidate}; __best = __x; }}")
+
+    def combine(code: Writer) -> None:
+        """The window's source value combined into ``__acc``."""
+        code.line(f"const {result.compute} __y = {result.read('__src', window_index)};")
+        code.lines(scatter_lines)
+        code.line(f"__acc = {combined};")
+
+    inputs = {"__op": Whole(b.array(operand)), "__src": Whole(b.array(source)),
+              "__init": Value(b.value(init))}
+    target = b.allocate_result(op.result)
     code = Writer()
     code.line(f"{result.compute} __acc = {result.load('__init')};")
+    if annotation(op, ScatterPerWindow) is not None:
+        # the init value everywhere, then one iteration per window: no two write one element
+        code.line(f"__out0 = {result.store('__acc')};")
+        b.emit.map("select_and_scatter_init", target.type.shape, code.text(),
+                   {"__init": inputs["__init"]}, {"__out0": Element(target)})
+        b.emit.new_state("select_and_scatter")
+        code = Writer()
+        code.lines(f"const int64_t __wi{d} = __i{d};" for d in range(rank))
+        select(code)
+        with code.block("if (__chosen >= 0)"):
+            code.line(f"{result.compute} __acc = {result.load('__init')};")
+            combine(code)
+            code.line(f"__out[__chosen] = {result.store('__acc')};")
+        b.emit.map("select_and_scatter", windows, code.text(), inputs,
+                   {"__out": Whole(target)})
+        return [target]
     with contextlib.ExitStack() as windows_around:
         # the windows that can contain this element, in row-major window order
         for d in range(rank):
@@ -731,24 +771,10 @@ def select_and_scatter(b: Builder, op: ir.Op) -> list[Binding]:
                       f"if (__t{d} < 0 || __t{d} % {strides[d]} != 0 || "
                       f"__t{d} / {strides[d]} >= {windows[d]}) continue;",
                       f"const int64_t __wi{d} = __t{d} / {strides[d]};")
-        code.line(f"int64_t __chosen = -1; {element.compute} __best{{}};")
-        with contextlib.ExitStack() as elements:
-            for d in range(rank):
-                elements.enter_context(code.loops(Loop(f"__w{d}", "0", str(window[d])),
-                                                  scalar=True))
-                code.line(f"const int64_t __p{d} = {position[d]};",
-                          f"if (__p{d} < 0 || __p{d} >= {shape[d]}) continue;")
-            code.line(f"const {element.compute} __x = {element.read('__op', candidate)};",
-                      f"if (__chosen < 0) {{ __chosen = {candidate}; __best = __x; continue; }}")
-            code.lines(select_lines)
-            code.line(f"if (!({keep})) {{ __chosen = {candidate}; __best = __x; }}")
-        with code.block(f"if (__chosen == {here})"):
-            code.line(f"const {result.compute} __y = {result.read('__src', window_index)};")
-            code.lines(scatter_lines)
-            code.line(f"__acc = {combined};")
+        select(code)
+        with code.block(f"if (__chosen == {flat_index(shape, map_params(rank))})"):
+            combine(code)
     code.line(f"__out0 = {result.store('__acc')};")
-    target = b.allocate_result(op.result)
-    b.emit.map("select_and_scatter", target.type.shape, code.text(),
-               {"__op": Whole(b.array(operand)), "__src": Whole(b.array(source)),
-                "__init": Value(b.value(init))}, {"__out0": Element(target)})
+    b.emit.map("select_and_scatter", target.type.shape, code.text(), inputs,
+               {"__out0": Element(target)})
     return [target]
