@@ -61,8 +61,8 @@ def cpu_passes(level: Level) -> list[Pass]:
         "reshapes, gathers, concatenations, row reductions computed where read "
         "(h2d.computed_by_readers)")
     add("fuse_into_consumers", "plan", block_pass(fusion.fuse_into_consumers),
-        "a reduction's, scatter's or sort's elementwise operand computed in its loops "
-        "(h2d.fused_operands)")
+        "a reduction's, scatter's or sort's elementwise operand computed in its loops, a "
+        "lazy gather's where it gathers (h2d.fused_operands)")
     add("contract_multiply_adds", "plan", block_pass(fusion.contract_multiply_adds),
         "a * b + c as one fused multiply-add, where XLA contracts it (h2d.contract)")
     add("partial_sorts", "plan", block_pass(readers.partial_sorts),
