@@ -36,33 +36,32 @@ def test_max_pooling_gradients_select_once_per_window():
     check_pass("scatter_per_window", gradients, x)
 
 
+def _select_and_scatter(name: str, source: str, windows: int, window: int) -> str:
+    """``name``: a select_and_scatter of ``%x`` (8x8) with ``window`` x ``window`` windows
+    of stride 2, ``windows`` x ``windows`` of them (the source ``source``)."""
+    return f"""
+          {name} = "stablehlo.select_and_scatter"(%x, {source}, %0) ({{
+            ^bb0(%a: tensor<f32>, %b: tensor<f32>):
+              %c = stablehlo.compare GE, %a, %b : (tensor<f32>, tensor<f32>) -> tensor<i1>
+              stablehlo.return %c : tensor<i1>
+          }}, {{
+            ^bb0(%a: tensor<f32>, %b: tensor<f32>):
+              %c = stablehlo.add %a, %b : tensor<f32>
+              stablehlo.return %c : tensor<f32>
+          }}) {{window_dimensions = array<i64: {window}, {window}>,
+              window_strides = array<i64: 2, 2>}}
+            : (tensor<8x8xf32>, tensor<{windows}x{windows}xf32>, tensor<f32>)
+            -> tensor<8x8xf32>"""
+
+
 def test_overlapping_windows_are_gathered_per_element():
-    text = planned("""
+    text = planned(f"""
         func.func @main(%x: tensor<8x8xf32>, %s: tensor<3x3xf32>, %t: tensor<4x4xf32>)
-            -> (tensor<8x8xf32>, tensor<8x8xf32>) {
-          %0 = stablehlo.constant dense<0.0> : tensor<f32>
-          %1 = "stablehlo.select_and_scatter"(%x, %s, %0) ({
-            ^bb0(%a: tensor<f32>, %b: tensor<f32>):
-              %c = stablehlo.compare GE, %a, %b : (tensor<f32>, tensor<f32>) -> tensor<i1>
-              stablehlo.return %c : tensor<i1>
-          }, {
-            ^bb0(%a: tensor<f32>, %b: tensor<f32>):
-              %c = stablehlo.add %a, %b : tensor<f32>
-              stablehlo.return %c : tensor<f32>
-          }) {window_dimensions = array<i64: 3, 3>, window_strides = array<i64: 2, 2>}
-            : (tensor<8x8xf32>, tensor<3x3xf32>, tensor<f32>) -> tensor<8x8xf32>
-          %2 = "stablehlo.select_and_scatter"(%x, %t, %0) ({
-            ^bb0(%a: tensor<f32>, %b: tensor<f32>):
-              %c = stablehlo.compare GE, %a, %b : (tensor<f32>, tensor<f32>) -> tensor<i1>
-              stablehlo.return %c : tensor<i1>
-          }, {
-            ^bb0(%a: tensor<f32>, %b: tensor<f32>):
-              %c = stablehlo.add %a, %b : tensor<f32>
-              stablehlo.return %c : tensor<f32>
-          }) {window_dimensions = array<i64: 2, 2>, window_strides = array<i64: 2, 2>}
-            : (tensor<8x8xf32>, tensor<4x4xf32>, tensor<f32>) -> tensor<8x8xf32>
+            -> (tensor<8x8xf32>, tensor<8x8xf32>) {{
+          %0 = stablehlo.constant dense<0.0> : tensor<f32>{_select_and_scatter("%1", "%s", 3, 3)}
+          {_select_and_scatter("%2", "%t", 4, 2).strip()}
           return %1, %2 : tensor<8x8xf32>, tensor<8x8xf32>
-        }""", "scatter_per_window")
+        }}""", "scatter_per_window")
     lines = {line.split(" = ")[0]: line for line in text.splitlines() if " = " in line}
     assert "scatter_per_window" not in lines["%1"]
     assert "scatter_per_window" in lines["%2"]
