@@ -160,7 +160,7 @@ def _key(op: ir.Op, operands: tuple[ir.Value, ...], names: Mapping[str, ir.Value
     """What an op without effects computes from: two such ops with one key have the same
     results. None for other ops, and where an attribute is no key (an array). An op's
     regions are part of its key by their structure (``_region_key``; ``names``: the
-    values that replace the ones named, as ``Inliner.block`` has them): a helper's
+    values that replace the ones named, as ``_Inliner.block`` has them): a helper's
     ``logsumexp`` and the caller's ``log_softmax`` take one row maximum, as XLA's CSE
     merges reductions of equal computations."""
     if not op.results or has_effects(op) or op.name in CALLS or any(
