@@ -130,6 +130,15 @@ def test_a_gather_computes_its_operand_where_it_gathers():
 
     assert_arrays_match(jax.jit(steps)(logits, labels), hlo2dace.jit(steps)(logits, labels),
                         rtol=1e-6, atol=1e-6)
+
+    def updated_after(x, labels):  # the array the gathered log-softmax reads, updated later
+        z = jnp.sort(x, axis=1)
+        picked = jnp.take_along_axis(jax.nn.log_softmax(z), labels[:, None], -1)
+        return picked * 2, z.at[:, 5].set(100.0) + 1
+
+    for got, expected in zip(hlo2dace.jit(updated_after)(logits, labels),
+                             jax.jit(updated_after)(logits, labels)):
+        assert_arrays_match(expected, got, rtol=1e-6, atol=1e-6)
     text = planned("""
         func.func @main(%x: tensor<4x8xf32>, %i: tensor<64x1xi32>) -> tensor<64x8xf32> {
           %0 = stablehlo.exponential %x : tensor<4x8xf32>
