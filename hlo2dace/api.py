@@ -24,6 +24,8 @@ from .arguments import (
     PYTHON_SCALARS,
     Results,
     as_array,
+    committed,
+    compiling_calls,
     data_types,
     inlining,
     is_key,
@@ -394,11 +396,10 @@ class Compiled:
         #: whether this compilation built the program (True) or found it in the cache
         #: (False); None for a module compiled once per argument shape, when called
         self.built = built
-        #: XLA's executable that runs the program on jax.Arrays (``_xla_executable``), made
-        #: once the direct calls' results have cost ``xla_call_after_s``; False where there
-        #: is none
-        self._executable: Any = None
-        self._making_results_s = 0.0
+        #: seconds the direct calls spent making their results: each NumPy result made a
+        #: ``jax.Array`` costs a ``batched_device_put`` of about 3 us, where XLA makes all
+        #: of a call's results in one step from C++ (``JitFunction._route``)
+        self.making_results_s = 0.0
 
     @property
     def folder(self):
@@ -424,10 +425,11 @@ class Compiled:
             return self._call_sharded(leaves)
         program = self.program
         infos = lowered.leaf_infos()
+        on_device = committed(leaves)
         if len(leaves) == len(program.arguments) == len(infos):
             leaves = [_argument(leaf, spec, dtype, info) for leaf, spec, dtype, info in
                       zip(leaves, program.arguments, program.argument_dtypes, infos)]
-        return lowered.results.wrap(program(*leaves))
+        return lowered.results.wrap(program(*leaves), on_device)
 
     def call_leaves(self, leaves: Sequence[Any]):
         """The program on the leaves of the function's dynamic arguments; its results as
@@ -440,7 +442,7 @@ class Compiled:
                   else as_array(leaf, spec)
                   for leaf, spec, dtype in zip(leaves, program.arguments,
                                                program.argument_dtypes)]
-        return lowered.results.wrap(program(*arrays))
+        return self._wrapped(program(*arrays), leaves)
 
     def takes_as_is(self, leaves: Sequence[Any]) -> bool:
         """Whether the leaves are jax.Arrays the program takes as they are
@@ -450,32 +452,15 @@ class Compiled:
             and program.takes_as_is(leaves)
 
     def call_checked(self, leaves: Sequence[Any]):
-        """``call_leaves`` on leaves like those ``takes_as_is`` accepted: through XLA's
-        executable of the program where there is one, as XLA makes all the results in one
-        call from C++ where each NumPy result made a ``jax.Array`` costs a
-        ``batched_device_put`` of about 3 us. The executable is made once the direct calls
-        have spent as long making results as making it takes (``xla_call_after_s``): a
-        loop of a few calls never pays a compile its calls would not earn back, a long
-        one pays at most twice what it would have paid knowing its length."""
-        global xla_call_after_s
-        results, executable = self.lowered.results, self._executable
-        if executable is None and self._making_results_s >= xla_call_after_s:
-            start = time.perf_counter()
-            executable = self._executable = _xla_executable(
-                self.program, results, leaves) or False
-            if executable:
-                xla_call_after_s = time.perf_counter() - start
-        if executable:
-            try:
-                return results.unflatten(self.program.call_executable(executable, leaves))
-            except RuntimeError:  # a deleted argument: the direct call says which
-                pass
-        outputs = self.program.call_checked(leaves)
-        if executable is False:  # decided: direct calls only, nothing more to count
-            return results.wrap(outputs)
+        """``call_leaves`` on leaves like those ``takes_as_is`` accepted."""
+        return self._wrapped(self.program.call_checked(leaves), leaves)
+
+    def _wrapped(self, outputs: list[np.ndarray], leaves: Sequence[Any]):
+        """The results of a call on ``leaves``, as jax.jit returns them, counting the time
+        spent making them (``making_results_s``)."""
         start = time.perf_counter()
-        wrapped = results.wrap(outputs)
-        self._making_results_s += time.perf_counter() - start
+        wrapped = self.lowered.results.wrap(outputs, committed(leaves))
+        self.making_results_s += time.perf_counter() - start
         return wrapped
 
     def _call_sharded(self, leaves: Sequence[Any]):
@@ -647,20 +632,22 @@ def _traced_call(jitted: JitFunction, args, kwargs):
                         "cannot run under a JAX transformation without it")
 
 
-#: seconds of making results one at a time after which a signature's calls with jax.Arrays
-#: run as XLA's executable: what making the last one took (about 25 ms on a 2-core Zen 4)
+#: seconds of making results one at a time after which a function's calls run through XLA
+#: (``JitFunction._route``): what the first call through XLA took last (tracing, compiling
+#: XLA's module; about 25 ms on a 2-core Zen 4)
 xla_call_after_s = 0.025
 
 
-def _xla_executable(program: runtime.Program, results: Results, leaves: Sequence[Any]):
+def _xla_route(jitted: JitFunction, args: tuple, kwargs: dict, compiled: Compiled):
     return None  # until interop.py is imported: every call is a direct one
 
 
-def handle_xla_calls(maker: Callable) -> None:
-    """Make ``maker(program, results, leaves)`` give the XLA executable that runs ``program``
-    on jax.Arrays like ``leaves`` (``interop.py``'s FFI call), or None where it cannot."""
-    global _xla_executable
-    _xla_executable = maker
+def handle_xla_routes(maker: Callable) -> None:
+    """Make ``maker(jitted, args, kwargs, compiled)`` give ``jax.jit`` of the ``hlo2dace.jit``
+    function ``jitted``, whose trace at ``args`` runs ``compiled``'s program as an FFI call
+    (``interop.py``), or None where its calls cannot go through XLA."""
+    global _xla_route
+    _xla_route = maker
 
 
 def handle_traced_calls(handler: Callable) -> None:
@@ -713,6 +700,13 @@ class JitFunction:
         #: process it changes nothing (a merely sharded array is read whole), so it is no
         #: part of the call's key there
         self._keyed_by_sharding = mpi.launched_size() > 1
+        #: ``jax.jit`` of this function (``_xla_route``), which JAX's C++ dispatch calls
+        #: for a known signature at jax.jit's cost, running the program as XLA's FFI call:
+        #: taken once the direct calls' results cost what making it does
+        #: (``xla_call_after_s``); None until then, False where calls cannot go through it
+        self._route: Any = None
+        #: whether the route's first call, which traces and compiles, is still to come
+        self._route_cold = False
         functools.update_wrapper(self, fun)
 
     def split_static(self, args, kwargs):
@@ -774,6 +768,7 @@ class JitFunction:
         with self._lock:
             self._cache.clear()
             self._polymorphic.clear()
+            self._route, self._route_cold = None, False
         self._jitted.clear_cache()
 
     def lower(self, *args, **kwargs) -> JitLowered:
@@ -814,6 +809,14 @@ class JitFunction:
         return shardings
 
     def __call__(self, *args, **kwargs):
+        route = self._route
+        if route and compiling_calls():
+            if self._route_cold:
+                return self._first_routed(args, kwargs)
+            try:
+                return route(*args, **kwargs)
+            except RuntimeError:  # JAX refused an argument (deleted): the direct call says
+                pass
         key, leaves = self._signature(args, kwargs)
         arrays = JAX_ARRAY_TYPES.issuperset(map(type, leaves))  # (then no tracers)
         if not arrays and key[0] is not _FLAT and not LEAF_TYPES.issuperset(
@@ -830,10 +833,33 @@ class JitFunction:
         # with jax.Arrays do so again (the key holds their shapes and dtypes): no
         # per-argument tests
         if as_is and arrays:
-            return compiled.call_checked(leaves)
-        results = compiled.call_leaves(leaves)
-        if as_is is None and arrays:
-            entry[1] = compiled.takes_as_is(leaves)
+            results = compiled.call_checked(leaves)
+        else:
+            results = compiled.call_leaves(leaves)
+            if as_is is None and arrays:
+                entry[1] = compiled.takes_as_is(leaves)
+        if arrays and self._route is None and compiled.making_results_s >= xla_call_after_s:
+            self._take_route(args, kwargs, compiled)
+        return results
+
+    def _take_route(self, args, kwargs, compiled: Compiled) -> None:
+        """From now on, calls through ``_xla_route``: where the function's results and
+        program allow it (plain arrays on the one CPU device, no per-call thread tuning,
+        no shardings or symbolic shapes)."""
+        route = None
+        if not (self._sharded or self._keyed_by_sharding or self._polymorphic_shapes
+                is not None or compiled.lowered.partitioned is not None):
+            route = _xla_route(self, args, kwargs, compiled)
+        self._route, self._route_cold = route or False, route is not None
+
+    def _first_routed(self, args, kwargs):
+        """The route's first call, which traces and compiles XLA's module: what taking a
+        route costs (``xla_call_after_s``)."""
+        global xla_call_after_s
+        start = time.perf_counter()
+        results = self._route(*args, **kwargs)
+        self._route_cold = False
+        xla_call_after_s = time.perf_counter() - start
         return results
 
     def _compile(self, args, kwargs) -> Compiled:

@@ -2,9 +2,11 @@
  * pointers of its arrays, taken through the buffer protocol (NumPy arrays and jax.Arrays
  * on the CPU both export one), with the GIL released while the program runs.
  *
- *   call(entry, handle, slots, constants, *buffers)
+ *   call(entry, handle, lock, slots, constants, *buffers)
  *
- * entry, handle: addresses of the program's entry point and of its state; slots: for each
+ * entry, handle: addresses of the program's entry point and of its state; lock: the address
+ * of the pthread mutex that XLA's FFI handler takes for that state (h2d_ffi.cc), held
+ * while the program runs, or 0 where no FFI call shares the state; slots: for each
  * C argument after the state, the index of its object in `buffers` (>= 0) or, as -1 - j,
  * in `constants`. Arrays must be C-contiguous; the caller checks shapes and types. An
  * int in `buffers` is passed as it is: the value of a symbol (an int64 parameter, passed
@@ -13,6 +15,7 @@
  * through ctypes. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <pthread.h>
 #include <stdint.h>
 
 #define MAX_POINTERS 1024
@@ -77,18 +80,20 @@ static int call_entry(void *entry, void *handle, Py_ssize_t n, P *p) {
 
 static PyObject *call(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    if (nargs < 4) {
-        PyErr_SetString(PyExc_TypeError, "call(entry, handle, slots, constants, *buffers)");
+    if (nargs < 5) {
+        PyErr_SetString(PyExc_TypeError,
+                        "call(entry, handle, lock, slots, constants, *buffers)");
         return NULL;
     }
     void *entry = PyLong_AsVoidPtr(args[0]);
     void *handle = PyLong_AsVoidPtr(args[1]);
-    PyObject *slots = args[2], *constants = args[3];
+    pthread_mutex_t *lock = (pthread_mutex_t *)PyLong_AsVoidPtr(args[2]);
+    PyObject *slots = args[3], *constants = args[4];
     if (PyErr_Occurred() || !PyTuple_Check(slots) || !PyTuple_Check(constants)) {
-        PyErr_SetString(PyExc_TypeError, "bad entry, handle, slots or constants");
+        PyErr_SetString(PyExc_TypeError, "bad entry, handle, lock, slots or constants");
         return NULL;
     }
-    Py_ssize_t n = PyTuple_GET_SIZE(slots), buffers = nargs - 4;
+    Py_ssize_t n = PyTuple_GET_SIZE(slots), buffers = nargs - 5;
     if (n > MAX_POINTERS) {
         PyErr_SetString(PyExc_ValueError, "too many arguments for the C call path");
         return NULL;
@@ -101,7 +106,7 @@ static PyObject *call(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
         Py_ssize_t slot = PyLong_AsSsize_t(PyTuple_GET_ITEM(slots, taken));
         PyObject *object;
         if (slot >= 0 && slot < buffers) {
-            object = args[4 + slot];
+            object = args[5 + slot];
         } else if (slot < 0 && -1 - slot < PyTuple_GET_SIZE(constants)) {
             object = PyTuple_GET_ITEM(constants, -1 - slot);
         } else {
@@ -123,7 +128,9 @@ static PyObject *call(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (!failed) {
         int status;
         Py_BEGIN_ALLOW_THREADS
+        if (lock != NULL) pthread_mutex_lock(lock);
         status = call_entry(entry, handle, n, pointers);
+        if (lock != NULL) pthread_mutex_unlock(lock);
         Py_END_ALLOW_THREADS
         if (status != 0) {
             PyErr_SetString(PyExc_ValueError, "unsupported number of arguments");

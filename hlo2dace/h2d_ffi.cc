@@ -8,7 +8,8 @@
 // one process only, and with it no other process finds this module in XLA's persistent
 // compilation cache;
 // entry, handle: addresses of the program's entry point and of its state (its persistent
-// arrays: one call at a time per state, so calls of one program are serialised here);
+// arrays: one call at a time per state, so calls of one program are serialised here, and
+// with hlo2dace's direct calls of it through h2d_ffi_lock);
 // slots: for each C argument after the state, the index of its buffer among the call's
 // arguments followed by its results (>= 0) or, as -1 - j, constants[j], the address of a
 // constant array the program keeps. XLA's default layouts are row-major, as the program's.
@@ -19,6 +20,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <pthread.h>
 #include <unordered_map>
 #include <utility>
 
@@ -56,13 +58,19 @@ std::mutex last_guard;
 std::array<P, kMaxPointers> last_pointers;
 size_t last_count = 0;
 
-std::mutex &lock_of(int64_t handle) {
+// the lock of a program's state: taken around every call of it here and, through
+// h2d_ffi_lock, by hlo2dace's direct calls of the same program (h2d_call.c), which may run
+// beside an XLA call on another thread
+pthread_mutex_t *lock_of(int64_t handle) {
   static std::mutex guard;
-  static std::unordered_map<int64_t, std::unique_ptr<std::mutex>> locks;
+  static std::unordered_map<int64_t, std::unique_ptr<pthread_mutex_t>> locks;
   std::lock_guard<std::mutex> hold(guard);
   auto &lock = locks[handle];
-  if (!lock) lock = std::make_unique<std::mutex>();
-  return *lock;
+  if (!lock) {
+    lock = std::make_unique<pthread_mutex_t>();
+    pthread_mutex_init(lock.get(), nullptr);
+  }
+  return lock.get();
 }
 
 ffi::Error Call(int64_t /*session*/, int64_t entry, int64_t handle,
@@ -89,10 +97,10 @@ ffi::Error Call(int64_t /*session*/, int64_t entry, int64_t handle,
       return ffi::Error::InvalidArgument("hlo2dace_call: slot out of range");
     }
   }
-  {
-    std::lock_guard<std::mutex> hold(lock_of(handle));
-    callers[slots.size()](reinterpret_cast<P>(entry), reinterpret_cast<P>(handle), pointers);
-  }
+  pthread_mutex_t *lock = lock_of(handle);
+  pthread_mutex_lock(lock);
+  callers[slots.size()](reinterpret_cast<P>(entry), reinterpret_cast<P>(handle), pointers);
+  pthread_mutex_unlock(lock);
   call_count.fetch_add(1, std::memory_order_relaxed);
   std::lock_guard<std::mutex> hold(last_guard);
   std::copy(pointers, pointers + slots.size(), last_pointers.begin());
@@ -111,6 +119,9 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(H2dCall, Call,
                                   .Attr<ffi::Span<const int64_t>>("constants")
                                   .RemainingArgs()
                                   .RemainingRets());
+
+// the lock of the state at `handle`, for the direct calls of its program (h2d_call.c)
+extern "C" void *h2d_ffi_lock(int64_t handle) { return lock_of(handle); }
 
 // the number of programs run through this handler: tests tell a DaCe call from XLA's code
 extern "C" int64_t h2d_ffi_calls() { return call_count.load(std::memory_order_relaxed); }

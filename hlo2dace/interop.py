@@ -17,9 +17,10 @@ function that hlo2dace lowers and compiles in turn:
 - evaluation outside any ``jit`` (eager ``grad``, ``vmap``): the same FFI call, compiled
   by XLA for the primitive alone; without the handler, the program called directly.
 
-An ``hlo2dace.jit`` function called on jax.Arrays again, outside any trace, runs its
-program as the same FFI call compiled by XLA alone (``xla_executable``): XLA makes all the
-results, where making each NumPy result a ``jax.Array`` cost a jaxlib call.
+An ``hlo2dace.jit`` function called on jax.Arrays again and again, outside any trace, is
+called as ``jax.jit`` of itself (``xla_route``): JAX's C++ dispatch checks the arguments and
+XLA makes all the results, where making each NumPy result a ``jax.Array`` costs a jaxlib
+call, and the program runs as the same FFI call.
 
 Programs, traces and transformed functions are made once per function and signature.
 """
@@ -76,7 +77,7 @@ def _counted() -> None:
 
 def calls() -> int:
     """How many times this process ran a compiled program for a traced call (through XLA's
-    FFI, a callback, or eager evaluation of a transformation) or through ``xla_executable``:
+    FFI, a callback, or eager evaluation of a transformation) or through ``xla_route``:
     a test that expects DaCe code under a trace sees this grow, where a silent fallback to
     XLA would not."""
     library = ffi_library()
@@ -116,6 +117,8 @@ def ffi_library() -> ctypes.CDLL | None:
         handle = ctypes.CDLL(str(library))
         handle.h2d_ffi_calls.restype = ctypes.c_int64
         handle.h2d_ffi_last_pointers.restype = ctypes.c_int64
+        handle.h2d_ffi_lock.restype = ctypes.c_void_p
+        handle.h2d_ffi_lock.argtypes = [ctypes.c_int64]
         jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(handle.H2dCall), platform="cpu")
         return handle
     except (OSError, subprocess.CalledProcessError):
@@ -215,6 +218,20 @@ class Function:
                     tree = jax.tree_util.tree_structure([0] * len(out))
                     entry = self._programs[key] = (program, arguments.Results(tree, out))
         return entry
+
+    def adopt(self, avals: Sequence[Any], program: runtime.Program) -> bool:
+        """Run ``program``, compiled by the ``hlo2dace.jit`` function for arguments of
+        ``avals``, for them (rather than compiling it again); False where it takes other
+        arguments than the leaves (a token)."""
+        if len(program.arguments) != len(avals):
+            return False
+        key = _signature(avals)
+        with self._lock:
+            if key not in self._programs:
+                out = self.trace(avals).jaxpr.out_avals
+                self._programs[key] = (program, arguments.Results(
+                    jax.tree_util.tree_structure([0] * len(out)), out))
+        return True
 
     def in_place(self, program: runtime.Program) -> dict[int, int]:
         """Donated argument -> the result ``program`` can write into its buffer."""
@@ -345,41 +362,45 @@ def _lowering(ctx, *operands, fn: Function):
         return mlir.lower_fun(functools.partial(_callback, program=program),
                               multiple_results=True)(ctx, *operands)
     address, handle, slots, constants = entry
+    # a direct call of the same program (an hlo2dace.jit function whose calls go through
+    # XLA also runs its program directly on other arguments) takes the handler's lock
+    program.share_lock(ffi_library().h2d_ffi_lock(handle))
     rule = jax.ffi.ffi_lowering(TARGET, operand_output_aliases=fn.in_place(program) or None)
     return rule(ctx, *operands, session=np.int64(_SESSION), entry=np.int64(address),
                 handle=np.int64(handle), slots=np.asarray(slots, np.int64),
                 constants=np.asarray(constants, np.int64))
 
 
-def xla_executable(program: runtime.Program, results: arguments.Results,
-                   leaves: Sequence[Any]) -> Any:
-    """``program``'s FFI call on arrays like ``leaves`` compiled by XLA alone, for
-    ``hlo2dace.jit``'s calls with jax.Arrays: XLA makes their results. None for one result
-    (jaxlib wraps it faster than XLA starts a call), without the handler, where XLA stores
-    an array otherwise (``_ffi_ready``), for a program whose thread count is tuned per call
-    (a direct call's), for results that are not plain arrays on the CPU device
-    (``Results.plain_avals``: shardings, keys, symbolic sizes) and where jax.Arrays may
-    live on another device than the one CPU device."""
-    avals = results.plain_avals
-    if avals is None or len(avals) < 2 or program.threads is not None or not _ffi_ready(program) \
-            or jax.default_backend() != "cpu" or jax.device_count() != 1 \
-            or ffi_library() is None:
+def xla_route(jitted: api.JitFunction, args: tuple, kwargs: dict,
+              compiled: api.Compiled) -> Callable | None:
+    """``jax.jit`` of ``jitted``, for its calls outside any trace: JAX's C++ dispatch checks
+    the arguments and XLA makes the results, at jax.jit's cost per call, and the trace of
+    a signature is one primitive whose lowering calls the program through the FFI
+    handler, ``compiled``'s program for ``args`` (adopted, not compiled again). None where
+    its calls cannot go through XLA: without the handler, where XLA stores an array
+    otherwise (``_ffi_ready``), for a program whose thread count is tuned per call (a
+    direct call's), for results that are not plain arrays (``Results.plain_avals``: keys,
+    symbolic sizes) and where jax.Arrays may live on another device than the one CPU
+    device."""
+    program = compiled.program
+    if compiled.lowered.results.plain_avals is None or program.threads is not None \
+            or not _ffi_ready(program) or jax.default_backend() != "cpu" \
+            or jax.device_count() != 1 or ffi_library() is None:
         return None
     entry = program.c_entry()
-    if entry is None or len(entry[2]) > MAX_POINTERS:
+    if entry is None or len(entry[2]) > MAX_POINTERS \
+            or not program.share_lock(ffi_library().h2d_ffi_lock(entry[1])):
+        return None  # (direct calls through ctypes cannot take the handler's lock)
+    dynamic_args, dynamic_kwargs, statics = jitted.split_static(args, kwargs)
+    leaves, tree = jax.tree_util.tree_flatten((dynamic_args, dynamic_kwargs))
+    function = _function_of(jitted, tree, statics,
+                            _donated_leaves(jitted, args, dynamic_kwargs))
+    if not function.adopt([jax.typeof(leaf) for leaf in leaves], program):
         return None
-    address, handle, slots, constants = entry
-    call = jax.ffi.ffi_call(TARGET, [jax.ShapeDtypeStruct(a.shape, a.dtype,
-                                                          weak_type=a.weak_type)
-                                     for a in avals])
-    attributes = dict(session=np.int64(_SESSION), entry=np.int64(address),
-                      handle=np.int64(handle), slots=np.asarray(slots, np.int64),
-                      constants=np.asarray(constants, np.int64))
-    # lowered for avals alone, as the direct call's results are uncommitted whatever the
-    # arguments' placement
-    return jax.jit(lambda *arrays: call(*arrays, **attributes), keep_unused=True).lower(
-        *(jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type) for a in
-          (leaf.aval for leaf in leaves))).compile()
+    return jax.jit(lambda *args, **kwargs: traced_call(jitted, args, kwargs),
+                   static_argnums=jitted.static_argnums,
+                   static_argnames=jitted.static_argnames,
+                   donate_argnums=jitted.donate_argnums)
 
 
 def _in_place_pairs(program: runtime.Program, donated: Sequence[int]) -> dict[int, int]:
@@ -505,4 +526,4 @@ ad.primitive_transposes[call_p] = _transpose
 batching.primitive_batchers[call_p] = _batch
 mlir.register_lowering(call_p, _lowering, platform="cpu")
 api.handle_traced_calls(traced_call)
-api.handle_xla_calls(xla_executable)
+api.handle_xla_routes(xla_route)

@@ -161,7 +161,7 @@ def through_xla(monkeypatch):
 
 def test_calls_go_through_xla_once_making_results_cost_what_compiling_does(monkeypatch):
     """Direct calls until making their results has cost ``xla_call_after_s`` (what
-    compiling XLA's executable costs), XLA's from then on."""
+    taking the route through XLA costs), XLA's from the next call on."""
     fun = hlo2dace.jit(lambda x: (x + 1.0, x * 2.0))
     x = jnp.arange(3.0)
     monkeypatch.setattr(api, "xla_call_after_s", 3600.0)
@@ -170,9 +170,11 @@ def test_calls_go_through_xla_once_making_results_cost_what_compiling_does(monke
         fun(x)
     assert interop.calls() == before
     monkeypatch.setattr(api, "xla_call_after_s", 0.0)
+    fun(x)  # direct, then the route is taken
+    assert interop.calls() == before
     fun(x), fun(x)
     assert interop.calls() == before + 2
-    assert 0.0 < api.xla_call_after_s < 60.0  # what making the executable took
+    assert 0.0 < api.xla_call_after_s < 60.0  # what taking the route took
 
 
 def _mixed(offset: int):
@@ -192,12 +194,12 @@ def _mixed_step(d):
 
 
 def test_repeated_calls_with_jax_arrays_run_through_xla_as_jax_jit_returns(through_xla):
-    """From a signature's second call with jax.Arrays the program runs as XLA's FFI call,
-    whose results XLA makes: still jax.jit's dtypes, shapes, weak types and pytree, for a
-    dozen leaves of as many dtypes."""
+    """From a function's third call with jax.Arrays (the second takes the route) the
+    program runs as XLA's FFI call, whose results XLA makes: still jax.jit's dtypes,
+    shapes, weak types and pytree, for a dozen leaves of as many dtypes."""
     fun = hlo2dace.jit(_mixed_step)
     expected_fun = jax.jit(_mixed_step)
-    fun(_mixed(0))
+    fun(_mixed(0)), fun(_mixed(0))
     before = interop.calls()
     for offset in range(1, 4):
         tree = _mixed(offset)
@@ -225,13 +227,18 @@ def test_results_through_xla_are_fresh_and_chained_calls_wait_for_their_argument
 
 
 def test_committed_arguments_give_what_the_first_call_gave_on_every_call(through_xla):
-    """Results are uncommitted, on XLA's way as on the direct one (the first call's)."""
-    fun = hlo2dace.jit(lambda x: (x - 1.0, x * x))
+    """Results are committed to the device where an argument is, as jax.jit's, on XLA's
+    way as on the direct one (the first call's), and uncommitted where none is."""
+    fun = hlo2dace.jit(lambda x, y: (x - 1.0, x * y))
+    expected_fun = jax.jit(lambda x, y: (x - 1.0, x * y))
     x = jax.device_put(jnp.arange(3.0), jax.devices("cpu")[0])
-    first = fun(x)
-    for _ in range(3):
-        _assert_like_jax_jit(fun(x), first)
-    assert not first[0].committed and first[0].sharding == x.sharding
+    y = jnp.ones(3)
+    for args in ((x, y), (y, x), (y, y)):
+        first = fun(*args)
+        _assert_like_jax_jit(first, expected_fun(*args))
+        for _ in range(3):
+            _assert_like_jax_jit(fun(*args), first)
+    assert first[0].sharding == x.sharding and not first[0].committed
 
 
 def test_a_call_with_concrete_arrays_under_a_trace_stays_concrete(through_xla):
@@ -251,21 +258,32 @@ def test_a_call_with_concrete_arrays_under_a_trace_stays_concrete(through_xla):
     assert seen == [False]
 
 
-def test_threads_calling_through_xla_and_directly_share_the_program_one_at_a_time(through_xla):
-    """NumPy arguments call the program directly, jax.Arrays through XLA: both hold the
-    program's lock, so calls from many threads never overlap in its state (the sort's and
-    the scan's buffers, allocated once per program: without the lock on XLA's way this
-    fails on one core)."""
+def test_threads_calling_through_xla_and_directly_share_the_program_one_at_a_time(
+        through_xla, monkeypatch):
+    """Calls under ``jax.disable_jit`` run the program directly, the others through XLA:
+    both hold the lock of the program's state, so calls from many threads never overlap
+    in it (the sort's and the scan's buffers, allocated once per program: without the
+    handler's lock on the direct calls this fails about every other run). The thread
+    count is fixed, as on one core: a program whose count is tuned per call is only
+    ever called directly."""
+    monkeypatch.setattr(runtime.program, "thread_tuner", lambda parallel: None)
     fun = hlo2dace.jit(lambda x: (jnp.cumsum(jnp.sort(x)[::-1]) * 2.0, jnp.sum(x * x)))
-    data = [np.arange(k, k + (1 << 17), dtype=np.float64) for k in range(8)]
+    rng = np.random.default_rng(0)
+    data = [rng.permutation(np.arange(k, k + (1 << 17), dtype=np.float64)) for k in range(8)]
     expected = [(np.cumsum(np.sort(d)[::-1]) * 2.0, np.sum(d * d)) for d in data]
     fun(jnp.asarray(data[0])), fun(jnp.asarray(data[0]))
+    assert fun._route
+    before = interop.calls()
     errors = []
 
     def work(k: int) -> None:
         for n in range(30):
             arg = data[(k + n) % 8]
-            got = fun(jnp.asarray(arg) if (k + n) % 2 else arg)
+            if (k + n) % 2:
+                got = fun(jnp.asarray(arg))
+            else:
+                with jax.disable_jit():
+                    got = fun(arg)
             want = expected[(k + n) % 8]
             if not (np.array_equal(np.asarray(got[0]), want[0])
                     and np.isclose(float(got[1]), want[1], rtol=1e-12)):
@@ -276,4 +294,65 @@ def test_threads_calling_through_xla_and_directly_share_the_program_one_at_a_tim
         thread.start()
     for thread in threads:
         thread.join()
-    assert errors == []
+    assert errors == [] and interop.calls() - before == 90
+
+
+def test_the_route_runs_the_program_compiled_for_the_direct_calls(through_xla, monkeypatch):
+    """Taking the route compiles nothing again: its trace adopts the direct calls' program;
+    a new shape compiles one program, as a direct call would."""
+    fun = hlo2dace.jit(lambda x: jnp.tanh(x) * 2.0)
+    x = jnp.linspace(-2.0, 2.0, 7)
+    fun(x), fun(x)
+    compiles = []
+    compile_ = api.Lowered.compile
+    monkeypatch.setattr(api.Lowered, "compile",
+                        lambda self, *a, **k: compiles.append(1) or compile_(self, *a, **k))
+    before = interop.calls()
+    for _ in range(3):
+        np.testing.assert_allclose(np.asarray(fun(x)), np.tanh(np.asarray(x)) * 2.0,
+                                   rtol=1e-6)
+    assert interop.calls() - before == 3 and compiles == []
+    longer = jnp.linspace(-1.0, 1.0, 9)
+    np.testing.assert_allclose(np.asarray(fun(longer)), np.tanh(np.asarray(longer)) * 2.0,
+                               rtol=1e-6)
+    assert len(compiles) == 1
+
+
+def test_the_route_keeps_static_keyword_and_donated_arguments_as_jax_jit(through_xla):
+    def step(params, grads, *, rate, scale):
+        return {k: (v - rate * grads[k]) * scale for k, v in params.items()}
+
+    fun = hlo2dace.jit(step, static_argnames="rate", donate_argnums=0)
+    reference = jax.jit(step, static_argnames="rate", donate_argnums=0)
+    grads = {"w": jnp.ones((3, 2)), "b": jnp.full(2, 2.0)}
+
+    def params():
+        return {"w": jnp.zeros((3, 2)), "b": jnp.ones(2)}
+
+    for rate in (0.5, 0.5, 0.5, 0.25, 0.25, 0.25):
+        given = params()
+        _assert_like_jax_jit(fun(given, grads, rate=rate, scale=jnp.float32(3.0)),
+                             reference(params(), grads, rate=rate, scale=jnp.float32(3.0)))
+    assert fun._route
+    with pytest.raises(RuntimeError, match="deleted"):
+        np.asarray(given["w"])  # donated, as jax.jit donates
+
+
+def test_transformations_and_traces_of_a_routed_function_as_before(through_xla):
+    """Once calls go through XLA, grad, vmap and jax.jit of the function still trace it as
+    one primitive each, and a call under ``jax.disable_jit`` runs it directly."""
+    fun = hlo2dace.jit(lambda x: jnp.sin(x) * x)
+    x = jnp.linspace(0.0, 1.0, 6)
+    fun(x), fun(x), fun(x)
+    assert fun._route
+    expected = np.sin(np.asarray(x)) + np.asarray(x) * np.cos(np.asarray(x))
+    np.testing.assert_allclose(np.asarray(jax.grad(lambda x: fun(x).sum())(x)), expected,
+                               rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(jax.vmap(fun)(jnp.stack([x, x]))),
+                               np.stack([np.sin(x) * x] * 2), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(jax.jit(lambda x: fun(x) + 1.0)(x)),
+                               np.sin(x) * x + 1.0, rtol=1e-6)
+    before = interop.calls()
+    with jax.disable_jit():
+        np.testing.assert_allclose(np.asarray(fun(x)), np.sin(x) * x, rtol=1e-6)
+    assert interop.calls() == before

@@ -182,16 +182,6 @@ class Program:
             return outputs
         return [spec.from_storage(out) for spec, out in zip(self.results, outputs)]
 
-    def call_executable(self, executable: Any, inputs: Sequence[Any]) -> list[Any]:
-        """The program run by ``executable``, XLA's executable of its FFI call
-        (``interop.py``), on ``inputs``: its results as XLA returns them. Under the call lock
-        and finished before it is released, like a direct call: XLA runs the call on its own
-        thread, and the program's state takes one call at a time."""
-        with self._call_lock:
-            outputs = executable(*inputs)
-            outputs[0].block_until_ready()  # written by the call: ready once it returned
-        return outputs
-
     def _run(self, inputs: list, outputs: list, symbols: Sequence[int] = ()) -> None:
         """Run the program on ``inputs`` and ``outputs`` (storage layout) with the
         symbols' values ``symbols``."""
@@ -258,11 +248,23 @@ class Program:
         if native is not None and len(slots) <= native.MAX_POINTERS:
             constants = [name for name, _ in entry.arguments if name not in position]
             self._native_prefix = (
-                *entry.addresses,
+                *entry.addresses, 0,
                 tuple(position[name] if name in position else -1 - constants.index(name)
                       for name, _ in entry.arguments),
                 tuple(self._constants[name] for name in constants))
             self._native = native.call
+
+    def share_lock(self, address: int) -> bool:
+        """Hold the pthread mutex at ``address`` (the one XLA's FFI handler takes for this
+        program's state) around each direct call from now on, so that a direct call and
+        an FFI call of the same program on two threads take turns; False where direct
+        calls go through ctypes, which cannot take it."""
+        with self._call_lock:
+            if self._native is None:
+                return False
+            entry, handle, _, slots, constants = self._native_prefix
+            self._native_prefix = (entry, handle, address, slots, constants)
+            return True
 
     def c_entry(self) -> tuple[int, int, tuple[int, ...], tuple[int, ...]] | None:
         """The direct call for callers outside Python (XLA's FFI, ``interop.py``): the
