@@ -375,3 +375,19 @@ def freeze(mapping: Mapping[str, Any]) -> Mapping[str, Any]:
 def values_of(types: Sequence[Type], prefix: str) -> tuple[Value, ...]:
     """Values named ``prefix0, prefix1, ...`` (the arguments of a body-less declaration)."""
     return tuple(Value(f"{prefix}{i}", t) for i, t in enumerate(types))
+
+
+def constant_value(op: Op | None) -> np.ndarray | None:
+    """The array a ``stablehlo.constant`` op makes; None for another op (or none)."""
+    if op is None or op.name != "stablehlo.constant":
+        return None
+    value = op.attr("value")
+    return value.array if isinstance(value, DenseElements) else None
+
+
+def constant_op(name: str, t: TensorType, value: np.ndarray,
+                location: Location | None = None) -> Op:
+    """A ``stablehlo.constant`` op making ``value`` as the value ``name`` of type ``t``."""
+    return Op("stablehlo.constant", (), (Value(name, t),),
+              freeze({"value": DenseElements(np.asarray(value).reshape(t.shape), t)}),
+              location=location)

@@ -26,7 +26,7 @@ from . import cuda_toolchain, ir
 from .errors import ArgumentError
 from .machine import Machine, current_machine
 from .optimize import Level
-from .plan import fusion, matvec, products, readers, updates
+from .plan import fusion, loops, matvec, products, readers, updates
 from .plan.passes import STAGES, Pass, PassContext, block_pass, remove_dead_ops
 from .sdfg_build import CODE_PASSES
 from .sdfg_passes import buffers, device, registers, rows, threads, tiling
@@ -42,6 +42,9 @@ def cpu_passes(level: Level) -> list[Pass]:
         passes.append(Pass(name, stage, run, summary))
 
     # plan: how each op is computed (IR to IR, decisions recorded as annotations)
+    add("unroll_short_loops", "plan", block_pass(loops.unroll_short_loops),
+        "a counted loop of a few trips of elementwise work becomes its trips' ops, which "
+        "fuse into one map")
     add("outer_products_as_multiplies", "plan",
         block_pass(products.outer_products_as_multiplies),
         "a product without contraction becomes a multiply of broadcasts (h2d.outer_product)")
@@ -119,10 +122,11 @@ def cuda_passes(level: Level) -> list[Pass]:
     CPU's BLAS calls and threads), then the placement on the GPU, which runs at every
     level, ``none`` included: it is the target, not an optimisation (docs/gpu.md)."""
     cpu = {p.name: p for p in cpu_passes(level)}
-    names = ("outer_products_as_multiplies", "fuse_elementwise", "fuse_into_readers",
-             "fuse_into_consumers", "contract_multiply_adds", "result_destinations",
-             "update_in_place", "loop_buffers", "carries_in_place", "swap_loop_buffers",
-             "skip_replaced_windows", "scatter_per_window", "remove_dead_ops")
+    names = ("unroll_short_loops", "outer_products_as_multiplies", "fuse_elementwise",
+             "fuse_into_readers", "fuse_into_consumers", "contract_multiply_adds",
+             "result_destinations", "update_in_place", "loop_buffers", "carries_in_place",
+             "swap_loop_buffers", "skip_replaced_windows", "scatter_per_window",
+             "remove_dead_ops")
     passes = [cpu[name] for name in names if name in cpu]
     passes.append(Pass("to_device", "sdfg", device.to_device,
                        "tasklets checked for host-only code, then DaCe's GPU "

@@ -164,16 +164,16 @@ def _reciprocal(op: ir.Op, producers: dict[str, ir.Op], readers: Counter
         return None
     numerator, divisor = op.operands
     source = producers.get(divisor.name)
-    if source is None or _constant(producers.get(numerator.name)) is not None:
+    if source is None or ir.constant_value(producers.get(numerator.name)) is not None:
         return None  # a division of constants is folded as a division
     name = f"{op.result.name}_reciprocal"
     chain = [source]  # broadcasts of broadcasts of a constant: a constant to XLA
     while _broadcast_operand(chain[-1]) is not None and producers.get(
             chain[-1].operands[0].name) is not None:
         chain.append(producers[chain[-1].operands[0].name])
-    constant = _constant(chain[-1])
+    constant = ir.constant_value(chain[-1])
     if constant is not None:
-        ops = [_constant_op(name, chain[-1].result.type, _inverse(constant), op.location)]
+        ops = [ir.constant_op(name, chain[-1].result.type, _inverse(constant), op.location)]
         for k, broadcast in enumerate(reversed(chain[:-1])):
             ops.append(_rebroadcast(broadcast, ops[-1].result, f"{name}_broadcast{k}"))
         return [*ops, _binary("stablehlo.multiply", op, numerator, ops[-1].result)]
@@ -182,7 +182,7 @@ def _reciprocal(op: ir.Op, producers: dict[str, ir.Op], readers: Counter
         return None
     if t.element.startswith("complex") or (base.type.rank == 0 and readers[divisor.name] > 1):
         return None  # XLA divides by a complex value, or a scalar broadcast for others too
-    one = _constant_op(f"{name}_one", base.type,
+    one = ir.constant_op(f"{name}_one", base.type,
                        np.ones(base.type.shape, element_dtype(t.element)), op.location)
     inverse = [one, ir.Op("stablehlo.divide", (one.result, base),
                           (ir.Value(name, base.type),), location=op.location)]
@@ -264,13 +264,13 @@ def _reassociated(op: ir.Op, producers: dict[str, ir.Op]) -> list[ir.Op] | None:
             continue
         for j in (0, 1):
             c = _scalar(producers.get(inner.operands[j].name), producers)
-            c_value = None if c is None else _constant(producers.get(c.name))
+            c_value = None if c is None else ir.constant_value(producers.get(c.name))
             if c_value is None:
                 continue
             name = f"{op.result.name}_scale"
-            s_value = _constant(producers.get(s.name))
+            s_value = ir.constant_value(producers.get(s.name))
             if s_value is not None:  # XLA folds the product of two constants
-                scale = _constant_op(name, c.type, (c_value * s_value).astype(c_value.dtype),
+                scale = ir.constant_op(name, c.type, (c_value * s_value).astype(c_value.dtype),
                                      op.location)
             else:
                 scale = ir.Op("stablehlo.multiply", (c, s), (ir.Value(name, c.type),),
@@ -287,7 +287,7 @@ def _reduction_as_reshape(op: ir.Op, producers: dict[str, ir.Op]) -> ir.Op | Non
     if op.name != "stablehlo.reduce" or len(op.operands) != 2:
         return None
     operand, init = op.operands
-    reducer, value = ir.combiner(op), _constant(producers.get(init.name))
+    reducer, value = ir.combiner(op), ir.constant_value(producers.get(init.name))
     if reducer is None or value is None or not operand.type.is_static \
             or not op.result.type.is_static or operand.type.size != op.result.type.size \
             or not _is_identity(reducer.name, value):
@@ -344,24 +344,10 @@ def _rebroadcast(broadcast: ir.Op, operand: ir.Value, name: str, scalar: bool = 
                                results=(ir.Value(name, broadcast.result.type),))
 
 
-def _constant(op: ir.Op | None) -> np.ndarray | None:
-    if op is None or op.name != "stablehlo.constant":
-        return None
-    value = op.attr("value")
-    return value.array if isinstance(value, ir.DenseElements) else None
-
-
 def _inverse(value: np.ndarray) -> np.ndarray:
     """1 / ``value`` in its own type, as XLA folds it (f16: computed in f32, rounded)."""
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         return (np.ones_like(value) / value).astype(value.dtype)
-
-
-def _constant_op(name: str, t: ir.TensorType, value: np.ndarray,
-                 location: ir.Location | None) -> ir.Op:
-    return ir.Op("stablehlo.constant", (), (ir.Value(name, t),),
-                 ir.freeze({"value": ir.DenseElements(np.asarray(value).reshape(t.shape), t)}),
-                 location=location)
 
 
 def _binary(name: str, replaced: ir.Op, lhs: ir.Value, rhs: ir.Value) -> ir.Op:
