@@ -167,8 +167,8 @@ def test_loops_over_program_arrays_vectorise(private_cache):
     writes a third reaches them through restricted locals."""
     x = np.linspace(0, 1, 4096)
 
-    def loop(x):
-        return jax.lax.fori_loop(0, 3, lambda i, c: (c[0] * c[1] + 1, c[1] - c[0]), (x, x))
+    def loop(x):  # more trips than unroll_short_loops unrolls
+        return jax.lax.fori_loop(0, 12, lambda i, c: (c[0] * c[1] + 1, c[1] - c[0]), (x, x))
 
     compiled = hlo2dace.jit(loop).lower(x).compile()
     source, = (compiled.program.folder / "build" / "src" / "cpu").glob("*.cpp")

@@ -1,8 +1,9 @@
 """What the cheap call path of ``hlo2dace.jit`` must keep (issue 47): after a signature's
-first call, jax.Array arguments skip the per-argument tests and the program runs as XLA's
-FFI call (or its results are wrapped in one loop), yet every call returns jax.Arrays as
-``jax.jit``'s (dtype, shape, sharding, weak type, pytree), never memory a later call
-writes, and anything else still goes the checked way."""
+first call, jax.Array arguments skip the per-argument tests, and once the calls have cost
+what taking it does, they go through ``jax.jit`` of the function (its C++ dispatch, the
+program as XLA's FFI call); yet every call returns jax.Arrays as ``jax.jit``'s (dtype,
+shape, sharding, commitment, weak type, pytree), never memory a later call writes, and
+anything else still goes the checked way."""
 
 from __future__ import annotations
 

@@ -64,17 +64,19 @@ def test_elementwise_loops_of_few_trips_unrolled_with_their_carries():
 
 def test_long_loops_products_and_carried_bounds_stay_loops():
     """More than MAX_TRIPS trips, a body with a product, a body with a nested conditional,
-    and a bound the loop carries are not unrolled (nor are their results changed)."""
+    a bound the loop carries, and a stencil (slices of a large array: the trips would
+    recompute each other's neighbours) are not unrolled (nor are their results changed)."""
     def kept(x, m, n):
         long = lax.fori_loop(0, MAX_TRIPS + 1, lambda i, c: c * 0.9 + 1.0, x)
         product = lax.fori_loop(0, 3, lambda i, c: jnp.tanh(m @ c), x)
         branchy = lax.fori_loop(0, 3, lambda i, c: lax.cond(i > 1, jnp.sin, jnp.cos, c), x)
         carried = lax.fori_loop(0, n, lambda i, c: c + 1.0, x)
-        return long, product, branchy, carried
+        stencil = lax.fori_loop(0, 3, lambda i, c: c + jnp.roll(c, 1) * 0.5, x)
+        return long, product, branchy, carried, stencil
 
-    x = np.linspace(0.0, 1.0, 16).astype(np.float32)
-    m = np.eye(16, dtype=np.float32) * 0.5
-    assert _planned_loops(kept, x, m, np.int32(3)) == 4
+    x = np.linspace(0.0, 1.0, 100).astype(np.float32)
+    m = np.eye(100, dtype=np.float32) * 0.5
+    assert _planned_loops(kept, x, m, np.int32(3)) == 5
     result = hlo2dace.jit(kept)(x, m, np.int32(3))
     for a, e in zip(result, jax.jit(kept)(x, m, np.int32(3))):
         np.testing.assert_allclose(np.asarray(a), np.asarray(e), rtol=1e-6)

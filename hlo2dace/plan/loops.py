@@ -27,7 +27,9 @@ MAX_TRIPS = 8
 MAX_UNROLLED_OPS = 512
 #: ops of a body that may be unrolled besides elementwise ones: shapes and constants
 SHAPE_OPS = frozenset(("stablehlo.constant", "stablehlo.broadcast_in_dim", "stablehlo.reshape",
-                       "stablehlo.slice", "stablehlo.concatenate", "stablehlo.iota"))
+                       "stablehlo.iota"))
+#: ops that may move elements to other positions: unrolled only on small values
+NEIGHBOUR_OPS = frozenset(("stablehlo.slice", "stablehlo.concatenate"))
 #: the most elements of a value computed from constants that is folded into one
 MAX_FOLDED = 64
 #: integer arithmetic folded as NumPy computes it in the operands' type (wrapping)
@@ -126,8 +128,16 @@ def _folded(op: ir.Op, constants: dict[str, np.ndarray]) -> np.ndarray | None:
 
 def _unrollable(op: ir.Op) -> bool:
     """Whether ``op`` may be copied per trip: elementwise or a shape op, with no region
-    (a nested loop is unrolled first, or the loop around it stays)."""
-    return not op.regions and (op.name in SHAPE_OPS or elementwise_rule(op) is not None)
+    (a nested loop is unrolled first, or the loop around it stays). Slices and
+    concatenations only of small values: of large ones they are a stencil's neighbours,
+    which unrolled trips would recompute from each other's."""
+    if op.regions:
+        return False
+    if op.name in NEIGHBOUR_OPS:
+        t = op.results[0].type
+        return isinstance(t, ir.TensorType) and all(isinstance(d, int) for d in t.shape) \
+            and int(np.prod(t.shape)) <= MAX_FOLDED
+    return op.name in SHAPE_OPS or elementwise_rule(op) is not None
 
 
 def _substituted(op: ir.Op, renamed: dict[str, ir.Value]) -> ir.Op:
