@@ -98,10 +98,16 @@ def test_other_arguments_of_a_known_signature_are_still_checked(checks):
     assert len(checks) == before + 2  # the two NumPy calls
 
 
-def test_a_deleted_argument_is_an_argument_error_on_the_checked_path():
+@pytest.mark.parametrize("routed_calls", [0, 1, 3])
+def test_a_deleted_argument_is_an_argument_error_on_the_checked_path(monkeypatch,
+                                                                      routed_calls):
+    """Before the route is taken, at its first call (which traces) and after it."""
+    monkeypatch.setattr(api, "xla_call_after_s", 0.0 if routed_calls else 3600.0)
     fun = hlo2dace.jit(lambda x: x + 1.0)
     x = jnp.arange(4.0, dtype=jnp.float32)
-    fun(x), fun(x)
+    fun(x)
+    for _ in range(routed_calls - 1):
+        fun(x)
     gone = jnp.arange(4.0, dtype=jnp.float32)
     gone.delete()
     with pytest.raises(ArgumentError, match="argument 0"):
